@@ -901,13 +901,15 @@ static int metric_pairs(const char *text, const char *re, char **out)
 
 /*
  * Every metric /metrics serves (daemon/http.c: metric() and the labelled
- * ones' "# TYPE" lines) is a row of docs/zarr.md's table with its type,
- * and every row is one it serves: a metric added, renamed or retyped on
- * one side only fails here.
+ * ones' "# TYPE" lines; daemon/snapshot-save.c's "# TYPE" lines, with
+ * --snapshot) is a row of docs/zarr.md's table with its type, and every
+ * row is one it serves: a metric added, renamed or retyped on one side
+ * only fails here.
  */
 Test(man, metrics_table_lists_every_metric_the_store_serves)
 {
 	char *src = source("daemon/http.c"), *doc = source("docs/zarr.md");
+	char *snap = source("daemon/snapshot-save.c");
 	char *served = strdup("\n"), *listed = strdup("\n");
 	int ns, nl;
 
@@ -915,6 +917,8 @@ Test(man, metrics_table_lists_every_metric_the_store_serves)
 	ns = metric_pairs(src, "metric\\(f, \"(tensord_[a-z_]+)\", "
 			       "\"([a-z]+)\"", &served);
 	ns += metric_pairs(src, "# TYPE (tensord_[a-z_]+) ([a-z]+)\\\\n",
+			   &served);
+	ns += metric_pairs(snap, "# TYPE (tensord_[a-z_]+) ([a-z]+)\\\\n",
 			   &served);
 	nl = metric_pairs(doc, "^\\| `(tensord_[a-z_]+)[{a-z,}]*` \\| "
 			       "([a-z]+) \\|", &listed);
@@ -941,6 +945,7 @@ Test(man, metrics_table_lists_every_metric_the_store_serves)
 	free(served);
 	free(listed);
 	free(src);
+	free(snap);
 	free(doc);
 }
 
