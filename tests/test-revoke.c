@@ -306,6 +306,28 @@ static int64_t follow_take(struct td_follow *f, struct td_error *e)
 	return (int64_t)v;
 }
 
+/*
+ * A daemon, root's client (returned) with CAM published (*v: its version,
+ * unless NULL), and nobody following CAM.
+ */
+static struct td_client *cam_followed_by_nobody(struct nobody *n,
+						uint64_t *v)
+{
+	struct td_client *c;
+	struct result res;
+	uint64_t ver;
+
+	start();
+	c = root_conn();
+	ver = cam_put(c);
+	if (v)
+		*v = ver;
+	nobody_start(n);
+	res = nobody_do(n, 'F');
+	cr_assert_eq(res.rc, 0, "follow: %s", res.reason);
+	return c;
+}
+
 /* fd polls readable within timeout_ms */
 static bool fd_readable(int fd, int timeout_ms)
 {
@@ -340,13 +362,8 @@ Test(revoke, a_reload_that_takes_a_followers_read_ends_the_names_follows)
 
 	if (geteuid() != 0)
 		cr_skip_test("needs root to act as another uid");
-	start();
-	c = root_conn();
+	c = cam_followed_by_nobody(&n, &v);
 	g = root_conn();
-	v = cam_put(c);
-	nobody_start(&n);
-	res = nobody_do(&n, 'F');
-	cr_assert_eq(res.rc, 0, "follow: %s", res.reason);
 	res = nobody_do(&n, 'T');
 	cr_assert(res.rc == 0 && res.version == v, "%d %s", res.rc,
 		  res.reason);
@@ -471,12 +488,7 @@ Test(revoke, a_follower_that_cannot_read_why_its_follow_ended_is_cut_off)
 
 	if (geteuid() != 0)
 		cr_skip_test("needs root to act as another uid");
-	start();
-	c = root_conn();
-	(void)cam_put(c);
-	nobody_start(&n);
-	res = nobody_do(&n, 'F');
-	cr_assert_eq(res.rc, 0, "follow: %s", res.reason);
+	c = cam_followed_by_nobody(&n, NULL);
 	s_told = raw_follow(TD_WIRE_FEAT_FOLLOW_END, &told, &told_id, &bell);
 	s_old = raw_follow(0, &old, NULL, NULL);
 	cr_assert_eq(atomic_load(&told->ended), 0);
@@ -667,18 +679,12 @@ Test(revoke, a_follows_end_moves_latest_for_a_hold_that_comes_after_it)
 	struct td_follow_row *row;
 	struct td_client *c;
 	struct nobody n;
-	struct result res;
 	uint64_t latest;
 	int s;
 
 	if (geteuid() != 0)
 		cr_skip_test("needs root to act as another uid");
-	start();
-	c = root_conn();
-	(void)cam_put(c);
-	nobody_start(&n);
-	res = nobody_do(&n, 'F');
-	cr_assert_eq(res.rc, 0, "follow: %s", res.reason);
+	c = cam_followed_by_nobody(&n, NULL);
 	s = raw_follow(TD_WIRE_FEAT_FOLLOW_END, &row, NULL, &bell);
 	latest = atomic_load(&bell->latest);
 	cr_assert_neq(latest, 0);
@@ -748,7 +754,6 @@ Test(revoke, an_ended_follows_fds_stay_until_its_follower_could_pull_them)
 	struct td_client *c, *g;
 	struct td_error e = {0};
 	struct nobody n;
-	struct result res;
 	struct rawrep r;
 	struct stat st;
 	ino_t ino[TD_WIRE_FOLLOW_FDS];
@@ -756,13 +761,8 @@ Test(revoke, an_ended_follows_fds_stay_until_its_follower_could_pull_them)
 
 	if (geteuid() != 0)
 		cr_skip_test("needs root to act as another uid");
-	start();
-	c = root_conn();
+	c = cam_followed_by_nobody(&n, NULL);
 	g = root_conn();
-	(void)cam_put(c);
-	nobody_start(&n);
-	res = nobody_do(&n, 'F');
-	cr_assert_eq(res.rc, 0, "follow: %s", res.reason);
 	sock = raw_pidfd_conn(&pidfd);
 	cr_assert_eq(raw_call(sock, TD_OP_FOLLOW, 2,
 			      td_wire_ring_sub_req_encode(&q, RAW_BODY,
