@@ -12,7 +12,9 @@
  * two fds now stay open, their numbers taken, until its connection
  * sends its next request (libtensord pulls before it sends anything
  * more, under its client lock) or goes. The bell's read-only fd, shared
- * by its followers, closes with the last of them.
+ * by its followers, closes with the last of them. Each row fd stays
+ * counted in its uid's fds until then, so what lingers is bounded by
+ * the uid's limit (two fds at most for each one counted).
  */
 #include "follow-int.h"
 
@@ -94,6 +96,7 @@ void td__follow_linger_end(struct td__peer *p)
 			continue;
 		td__list_del(&g->link);
 		close(g->row_fd);
+		td__tenant_sub(p->uid, TD__LIM_FDS, 1);
 		if (!--g->bell->refs) {
 			close(g->bell->fd);
 			free(g->bell);

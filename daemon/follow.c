@@ -842,7 +842,8 @@ static bool follower_end(struct bell *b, struct follower *f)
 	munmap(f->row, TD_FOLLOW_ROW_LEN);
 	if (f->row_fd >= 0) /* -1: it lingers (td__follow_linger) */
 		close(f->row_fd);
-	td__tenant_sub(uid, TD__LIM_FDS, 1 + (f->wake_fd >= 0));
+	/* a row fd that lingers stays counted (follow-linger.c) */
+	td__tenant_sub(uid, TD__LIM_FDS, (f->row_fd >= 0) + (f->wake_fd >= 0));
 	if (f->wake_fd >= 0)
 		close(f->wake_fd);
 	*f = (struct follower){.row_fd = -1, .wake_fd = -1};
