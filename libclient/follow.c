@@ -779,7 +779,11 @@ static int follow_again(struct td_follow *f, struct td_error *err)
 int td_follow_next(struct td_follow *f, int timeout_ms,
 		   struct td_tensor **out, struct td_error *err)
 {
-	int rc;
+	/* one deadline for the call: a follow made anew waits what is
+	 * left of it, so reloads that keep ending the follow cannot
+	 * stretch the call past timeout_ms */
+	int64_t deadline = timeout_ms > 0 ? td__deadline_of(timeout_ms) : -1;
+	int left = timeout_ms, rc;
 
 	if (!f || !out)
 		return td__fail(err, -EINVAL, "missing argument");
@@ -790,9 +794,15 @@ int td_follow_next(struct td_follow *f, int timeout_ms,
 			rc = follow_again(f, err);
 		if (rc < 0)
 			return rc;
-		rc = follow_wait(f, f->last, timeout_ms, out, err, NULL, NULL);
+		rc = follow_wait(f, f->last, left, out, err, NULL, NULL);
 		if (rc != -ESTALE)
 			return rc;
+		if (deadline >= 0) {
+			int64_t ms = (deadline - td__now_ns()) / 1000000;
+
+			/* at least 1: 0 would be a poll's -EAGAIN */
+			left = ms > 0 ? (int)ms : 1;
+		}
 	}
 }
 

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <grp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tensord/ring.h"
@@ -183,10 +185,17 @@ static void reload(struct td_client *c, const char *text)
 	tu_policy_reload(c, D.pid, policy, text);
 }
 
+/* the daemon stopped; fds and buffer mappings counted, and every
+ * mapping unless a thread ran (glibc keeps its stack and arena) */
+static void stop_maps(bool every_map)
+{
+	tu_daemon_stop(&D, every_map);
+	unlink(policy);
+}
+
 static void stop(void)
 {
-	tu_daemon_stop(&D, true);
-	unlink(policy);
+	stop_maps(true);
 }
 
 static struct td_client *root_conn(void)
@@ -429,6 +438,89 @@ Test(revoke, a_reload_that_takes_a_followers_read_ends_the_names_follows)
 	td_client_close(g);
 	td_client_close(c);
 	stop();
+}
+
+/* td_follow_next(f, timeout_ms) in a thread of its own */
+struct next_waiter {
+	struct td_follow *f;
+	int timeout_ms, rc;
+	atomic_bool done;
+	char why[TD_WIRE_MAX_REASON + 1];
+};
+
+static void *next_wait(void *arg)
+{
+	struct next_waiter *w = arg;
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+
+	w->rc = td_follow_next(w->f, w->timeout_ms, &t, &e);
+	td_tensor_release(t);
+	snprintf(w->why, sizeof(w->why), "%s", e.reason);
+	atomic_store(&w->done, true);
+	return NULL;
+}
+
+static double mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/*
+ * Reloads that end root's follow again and again while td_follow_next
+ * waits on it (each takes nobody's read of CAM, gives it back, and
+ * nobody follows anew) do not stretch the wait: the follow made anew
+ * waits what is left of the call's timeout. Before, each one started
+ * the whole timeout again, and the call went on while the reloads did.
+ * The bound asserted is 20 times the timeout; each round of reloads
+ * takes milliseconds.
+ */
+Test(revoke, reloads_that_keep_ending_a_follow_do_not_stretch_its_wait)
+{
+	struct next_waiter w = {.timeout_ms = 1000};
+	struct td_client *c, *g;
+	struct td_error e = {0};
+	struct nobody n;
+	struct result res;
+	pthread_t th;
+	uint64_t v;
+	double t0;
+	int ends = 0;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to act as another uid");
+	c = cam_followed_by_nobody(&n, &v);
+	g = root_conn();
+	cr_assert_eq(td_client_follow(g, CAM, &w.f, &e), 0, "%s", e.reason);
+	cr_assert_eq(follow_take(w.f, &e), (int64_t)v, "%s", e.reason);
+	cr_assert_eq(pthread_create(&th, NULL, next_wait, &w), 0);
+	t0 = mono_s();
+	while (!atomic_load(&w.done) && mono_s() - t0 < 20.0) {
+		reload(c, TAKE);
+		ends++;
+		reload(c, GIVE);
+		res = nobody_do(&n, 'F');
+		cr_assert_eq(res.rc, 0, "nobody follows anew: %s", res.reason);
+	}
+	cr_assert_eq(pthread_join(th, NULL), 0);
+	cr_assert(atomic_load(&w.done), "unreachable: joined");
+	cr_assert_eq(w.rc, -ETIMEDOUT, "td_follow_next: %d %s", w.rc, w.why);
+	cr_assert_lt(mono_s() - t0, 20.0,
+		     "td_follow_next(%d ms) waited while %d reloads ended "
+		     "its follow, 20 s", w.timeout_ms, ends);
+	cr_assert_geq(ends, 2, "the wait saw %d end(s) of its follow: the "
+		      "reloads were too slow to test anything", ends);
+	/* and the follow goes on */
+	v = cam_put(c);
+	cr_assert_eq(follow_take(w.f, &e), (int64_t)v, "%s", e.reason);
+	nobody_stop(&n);
+	td_follow_close(w.f);
+	td_client_close(g);
+	td_client_close(c);
+	stop_maps(false);
 }
 
 /* A raw FOLLOW of CAM on a connection of root's that names features:
