@@ -427,19 +427,33 @@ struct td__peer {
 };
 
 /*
- * A producer's trigger page (docs/protocol.md §13, "Staged publishes"):
- * one per connection that was ever staged, made at its first stage
- * (td__peer_trig: NULL when it cannot be), freed with the connection
- * (td__peer_trig_free, its stages settled already). Its two fds count
- * as its uid's.
+ * A producer's trigger page (docs/protocol.md §13, "Staged publishes";
+ * trig.c): one per connection that was ever staged, made at its first
+ * stage (td__peer_trig: NULL when it cannot be), freed with the
+ * connection or renewed (td__peer_trig_free, its stages settled
+ * already). Its two fds count as its uid's.
  */
 struct td_follow_trigger;
+struct td__shown_cred;
+struct td__trig_names;
+/* who was shown a shared mapping (shown.h, shown.c) */
+struct td__shown {
+	struct td__shown_cred **c;
+	uint32_t n, cap;
+	/* a credential could not be kept (out of memory): nobody can say
+	 * who may still read, so a reload counts it as one who may not */
+	bool lost;
+};
 struct td__trig {
 	int rw, ro;
 	struct td_follow_trigger *map;
 	uint32_t gen;
 	uint64_t serial; /* never the same twice (the bell's stage_page) */
 	uid_t uid;
+	/* the followers handed it (STAGE_PAGE): a name is staged on it
+	 * only while every one of them may read that name (follow.c) */
+	struct td__shown shown;
+	struct td__trig_names *names; /* each word's last name (trig.c) */
 };
 struct td__trig *td__peer_trig(struct td__peer *p);
 void td__peer_trig_free(struct td__peer *p);
@@ -452,6 +466,11 @@ void td__peer_trig_free(struct td__peer *p);
  */
 uint32_t td__peer_trig_slot(const struct td__peer *p, uint32_t want,
 			    bool any);
+/* t's word slot is staged for name from now on */
+void td__trig_named(struct td__trig *t, uint32_t slot, const char *name,
+		    size_t len);
+/* Whether p may read every name t's words were ever staged for. */
+bool td__trig_readable(const struct td__trig *t, const struct td__peer *p);
 
 /* peer.c: bell b (follow.c's) stages alloc id of p at word slot; b's
  * stage is no longer p's; p's stage of alloc id was committed as

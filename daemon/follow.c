@@ -517,42 +517,6 @@ static bool stage_fits(const struct bell *b, const struct td__alloc *a,
 }
 
 /*
- * A version record that repeats ver's descriptor (the store's spare
- * list): the planes' sizes, no descriptors, no number yet. What a
- * stage commits, once it has its loan's buffers.
- */
-static struct td__version *stage_copy(const struct td__version *ver)
-{
-	struct td__store *s = td__d->store;
-	struct td__version *sv =
-		td__version_new(s, ver->meta_len + ver->blob_len);
-
-	if (!sv)
-		return NULL;
-	sv->refs = 1;
-	sv->flags = ver->flags;
-	sv->dtype = ver->dtype;
-	sv->ndim = ver->ndim;
-	memcpy(sv->shape, ver->shape, sizeof(sv->shape));
-	sv->bytes = ver->bytes;
-	sv->recycle = ver->recycle;
-	sv->name_len = ver->name_len;
-	memcpy(sv->name, ver->name, ver->name_len);
-	sv->meta = sv->data;
-	sv->meta_len = ver->meta_len;
-	memcpy(sv->meta, ver->meta, ver->meta_len);
-	sv->blob = sv->data + ver->meta_len;
-	sv->blob_len = ver->blob_len;
-	memcpy(sv->blob, ver->blob, ver->blob_len);
-	sv->nfds = ver->nfds;
-	for (uint32_t i = 0; i < ver->nfds; i++)
-		sv->fds[i] = (struct td__vfd){.fd = -1, .ro = -1,
-					      .size = ver->fds[i].size,
-					      .tracked = ver->fds[i].tracked};
-	return sv;
-}
-
-/*
  * b's stage is t's page's from now on. The generation of a page may be
  * that of the page b named before (it has 32 bits and comes round after
  * 2^32 pages; stage_page tells them apart): a row asleep on the old
@@ -581,8 +545,9 @@ static void stage_page_set(struct bell *b, const struct td__trig *t)
 }
 
 /*
- * Stage sv (stage_copy's; the stage's from now on, else put back) as
- * the next version of its name on b, with alloc a's buffers: a number,
+ * Stage sv (td__version_desc_copy's; the stage's from now on, else put
+ * back) as the next version of its name on b, with alloc a's buffers: a
+ * number,
  * an entry in the bell, STAGED at a word of p's trigger page no other
  * stage of p has (td__peer_trig_slot). *version, *gen and *slot name it
  * (left 0 when not staged; *slot only to a producer that reads it).
@@ -600,6 +565,12 @@ static void stage_arm(struct td__peer *p, struct bell *b,
 			    any);
 	struct td__trig *t =
 		w < TD_FOLLOW_TRIG_SLOTS ? td__peer_trig(p) : NULL;
+
+	/* its words show every follower handed the page: one who may not
+	 * read this name (now, after a reload too) sees none of it */
+	if (t && !td__shown_may(&t->shown, TD__PERM_READ, b->name,
+				b->name_len))
+		t = NULL;
 
 	/*
 	 * Its metadata lives on the heap as a PUBLISH's does, charged to
@@ -638,6 +609,7 @@ static void stage_arm(struct td__peer *p, struct bell *b,
 			      memory_order_relaxed);
 	atomic_store_explicit(&b->hdr->stage_slot, b->st.slot,
 			      memory_order_relaxed);
+	td__trig_named(t, b->st.slot, b->name, b->name_len);
 	atomic_store(&t->map[b->st.slot].word,
 		     td_follow_trig(sv->number, TD_FOLLOW_TRIG_STAGED));
 	atomic_store_explicit(&b->hdr->stage,
@@ -664,7 +636,7 @@ static void on_offer(struct td__peer *p, const struct td__version *ver,
 	struct td__version *sv;
 
 	if (p->n_stages == TD__PEER_STAGES || !stage_fits(b, a, ver) ||
-	    !(sv = stage_copy(ver)))
+	    !(sv = td__version_desc_copy(td__d->store, ver)))
 		return;
 	stage_arm(p, b, a, sv, version, gen, slot);
 }
@@ -674,7 +646,9 @@ static struct td__version *on_keep(const struct td__version *ver)
 {
 	const struct bell *b = bell_of(ver);
 
-	return b && b->followers && !b->st.owner ? stage_copy(ver) : NULL;
+	return b && b->followers && !b->st.owner
+		       ? td__version_desc_copy(td__d->store, ver)
+		       : NULL;
 }
 
 /* ... and lends its buffers as loan a: staged if it may be (sv goes). */
@@ -712,7 +686,7 @@ void td__stage_page(struct td__peer *p, const struct td__req *rq)
 	struct td_err e = {0};
 	struct td_wire_follow_rep r = {.layout = TD_FOLLOW_LAYOUT,
 				       .fd_count = 1};
-	const struct td__trig *t = NULL;
+	struct td__trig *t = NULL;
 	struct bell *b;
 	bool follows = false;
 	int fd, i;
@@ -729,8 +703,18 @@ void td__stage_page(struct td__peer *p, const struct td__req *rq)
 	 * the name, the page of the producer the bell names, to read */
 	if (b && b->trig_owner == p)
 		t = p->trig;
-	else if (b && follows && b->trig_owner)
-		t = b->trig_owner->trig;
+	else if (b && follows && b->trig_owner) {
+		/* a page whose words named what p may not read is renewed
+		 * (its stages settled): p sees only stages made after, of
+		 * names all it was handed to may read (stage_arm) */
+		if (!td__trig_readable(b->trig_owner->trig, p)) {
+			td__stage_owner(b->trig_owner, true);
+			td__peer_trig_free(b->trig_owner);
+		}
+		t = td__peer_trig(b->trig_owner);
+		if (t)
+			td__shown_add(&t->shown, p);
+	}
 	if (!t) {
 		td__peer_error(p, h->opcode, h->request_id, -ENOENT,
 			       "STAGE_PAGE: \"%.*s\" has no trigger page for "

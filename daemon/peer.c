@@ -29,7 +29,6 @@
 #define SO_PEERPIDFD 77
 #endif
 
-#define TRIG_FDS 2 /* a trigger page's descriptors: rw, ro */
 _Static_assert(TD_FOLLOW_TRIG_SLOTS == TD_WIRE_STAGE_SLOTS, "the words");
 
 #define STR_(x) #x
@@ -1085,82 +1084,6 @@ fail:
 }
 
 /* ---- staged publishes' bookkeeping (follow.c stages and commits) ---- */
-
-/* p's trigger page goes with p (its stages settled already). */
-void td__peer_trig_free(struct td__peer *p)
-{
-	struct td__trig *t = p->trig;
-
-	if (!t)
-		return;
-	munmap(t->map, TD_FOLLOW_TRIG_LEN);
-	close(t->rw);
-	close(t->ro);
-	td__tenant_sub(t->uid, TD__LIM_FDS, TRIG_FDS);
-	free(t);
-	p->trig = NULL;
-}
-
-struct td__trig *td__peer_trig(struct td__peer *p)
-{
-	static uint32_t gens; /* the last trigger page's generation */
-	static uint64_t serials; /* and its number, which never wraps */
-	const char *why = NULL;
-	struct td__trig *t = p->trig;
-	char lim[256];
-	void *m = MAP_FAILED;
-
-	if (t)
-		return t;
-	if (td__tenant_check(p->uid, TD__LIM_FDS, TRIG_FDS, lim,
-			     sizeof(lim)) < 0 ||
-	    !(t = calloc(1, sizeof(*t))))
-		return NULL;
-	t->ro = -1;
-	t->rw = td__memfd_new("tensord-trigger", TD_FOLLOW_TRIG_LEN,
-			      TD__MEMFD_SEALABLE | TD__MEMFD_RESERVE |
-				      TD__MEMFD_SEAL_SIZE,
-			      &why);
-	if (t->rw >= 0)
-		t->ro = td__reopen_ro(t->rw);
-	if (t->ro >= 0)
-		m = mmap(NULL, TD_FOLLOW_TRIG_LEN, PROT_READ | PROT_WRITE,
-			 MAP_SHARED, t->rw, 0);
-	if (m == MAP_FAILED ||
-	    td__tenant_add(p->uid, TD__LIM_FDS, TRIG_FDS) < 0) {
-		if (m != MAP_FAILED)
-			munmap(m, TD_FOLLOW_TRIG_LEN);
-		if (t->rw >= 0)
-			close(t->rw);
-		if (t->ro >= 0)
-			close(t->ro);
-		free(t);
-		return NULL;
-	}
-	t->map = m;
-	t->uid = p->uid;
-	/* never 0; may come round (follow.c, stage_arm: the serial) */
-	gens = gens >= td__d->opts.trig_gen_max ? 1 : gens + 1;
-	t->gen = gens;
-	t->serial = ++serials;
-	p->trig = t;
-	return t;
-}
-
-uint32_t td__peer_trig_slot(const struct td__peer *p, uint32_t want,
-			    bool any)
-{
-	uint64_t used = 0;
-
-	for (unsigned i = 0; i < p->n_stages; i++)
-		used |= 1ull << p->stage_slot[i];
-	if (!(used >> want & 1))
-		return want;
-	for (uint32_t s = 1; any && s < TD_FOLLOW_TRIG_SLOTS; s++)
-		if (!(used >> s & 1))
-			return s;
-	return TD_FOLLOW_TRIG_SLOTS;
-}
 
 void td__peer_stage_add(struct td__peer *p, void *b, uint64_t id,
 			uint32_t slot)

@@ -22,15 +22,15 @@ static bool same(const struct td__shown_cred *c, const struct td__peer *p)
 	       !memcmp(c->groups, p->groups, p->ngroups * sizeof(gid_t));
 }
 
-void td__shown_add(struct td__shown *s, const struct td__peer *p)
+bool td__shown_add(struct td__shown *s, const struct td__peer *p)
 {
 	struct td__shown_cred *c;
 
 	if (p->uid == geteuid())
-		return;
+		return false;
 	for (uint32_t i = 0; i < s->n; i++)
 		if (same(s->c[i], p))
-			return;
+			return false;
 	if (s->n == s->cap) {
 		/* cannot overflow: one entry per distinct credential of a
 		 * connection, far fewer than UINT32_MAX / 2 */
@@ -39,7 +39,7 @@ void td__shown_add(struct td__shown *s, const struct td__peer *p)
 
 		if (!a) {
 			s->lost = true;
-			return;
+			return true;
 		}
 		s->c = a;
 		s->cap = cap;
@@ -47,13 +47,14 @@ void td__shown_add(struct td__shown *s, const struct td__peer *p)
 	c = malloc(sizeof(*c) + p->ngroups * sizeof(gid_t));
 	if (!c) {
 		s->lost = true;
-		return;
+		return true;
 	}
 	c->uid = p->uid;
 	c->gid = p->gid;
 	c->ngroups = p->ngroups;
 	memcpy(c->groups, p->groups, p->ngroups * sizeof(gid_t));
 	s->c[s->n++] = c;
+	return true;
 }
 
 bool td__shown_may(const struct td__shown *s, unsigned perm,

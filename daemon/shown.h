@@ -16,20 +16,13 @@
 
 #include "daemon.h"
 
-struct td__shown_cred;
-
-struct td__shown {
-	struct td__shown_cred **c;
-	uint32_t n, cap;
-	/* a credential could not be kept (out of memory): nobody can say
-	 * who may still read, so a reload counts it as one who may not */
-	bool lost;
-};
+/* struct td__shown is daemon.h's (a trigger page holds one) */
 
 /* p's credentials, unless s has them already or p's uid is the
  * daemon's own (the policy never binds it). No heap call for a
- * connection whose credentials s holds. */
-void td__shown_add(struct td__shown *s, const struct td__peer *p);
+ * connection whose credentials s holds. True when s changed: they were
+ * new to it (or could not be kept). */
+bool td__shown_add(struct td__shown *s, const struct td__peer *p);
 /* Whether every credential in s may still `perm` the name under the
  * policy in force (true without a policy). */
 bool td__shown_may(const struct td__shown *s, unsigned perm,

@@ -120,6 +120,37 @@ struct td__version *td__version_new(struct td__store *s, size_t data_len)
 	return v;
 }
 
+struct td__version *td__version_desc_copy(struct td__store *s,
+					  const struct td__version *ver)
+{
+	struct td__version *sv =
+		td__version_new(s, ver->meta_len + ver->blob_len);
+
+	if (!sv)
+		return NULL;
+	sv->refs = 1;
+	sv->flags = ver->flags;
+	sv->dtype = ver->dtype;
+	sv->ndim = ver->ndim;
+	memcpy(sv->shape, ver->shape, sizeof(sv->shape));
+	sv->bytes = ver->bytes;
+	sv->recycle = ver->recycle;
+	sv->name_len = ver->name_len;
+	memcpy(sv->name, ver->name, ver->name_len);
+	sv->meta = sv->data;
+	sv->meta_len = ver->meta_len;
+	memcpy(sv->meta, ver->meta, ver->meta_len);
+	sv->blob = sv->data + ver->meta_len;
+	sv->blob_len = ver->blob_len;
+	memcpy(sv->blob, ver->blob, ver->blob_len);
+	sv->nfds = ver->nfds;
+	for (uint32_t i = 0; i < ver->nfds; i++)
+		sv->fds[i] = (struct td__vfd){.fd = -1, .ro = -1,
+					      .size = ver->fds[i].size,
+					      .tracked = ver->fds[i].tracked};
+	return sv;
+}
+
 void td__version_put(struct td__store *s, struct td__version *v)
 {
 	/* before it is kept as a spare (zeroed when taken again) */

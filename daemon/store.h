@@ -480,6 +480,13 @@ void td__spares_fini(struct td__spares *sp, size_t off);
 	td__spare_put(sp, r, offsetof(type, member))
 
 struct td__version *td__version_new(struct td__store *s, size_t data_len);
+/*
+ * A version record that repeats ver's descriptor (the store's spare
+ * list): the planes' sizes, no descriptors, no number yet. What a
+ * stage commits (follow.c), once it has its loan's buffers.
+ */
+struct td__version *td__version_desc_copy(struct td__store *s,
+					  const struct td__version *ver);
 /* Back to the spares (a version never referenced). */
 void td__version_put(struct td__store *s, struct td__version *v);
 /* A copy of len bytes at p, from a spare body whose capacity fits, else

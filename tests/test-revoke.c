@@ -26,6 +26,7 @@
 
 #include "tensord/ring.h"
 #include "tensord/tensord.h"
+#include "client.h"
 #include "follow.h"
 #include "policyfile.h"
 #include "rawclient.h"
@@ -41,6 +42,7 @@ TestSuite(revoke, .timeout = TU_TEST_TIMEOUT_S);
 #define KEEP "allow uid=65534 r rv/\nallow uid=65534 r other/\n"
 #define TAKE "allow uid=65534 r other/\n"
 #define GIVE "allow uid=65534 r rv/\n"
+#define CAM_ONLY "allow uid=65534 r " CAM "\n"
 
 static char policy[64];
 static struct tu_daemon D;
@@ -67,17 +69,69 @@ static void child_send(int fd, int rc, uint64_t v, const char *why)
 		_exit(3);
 }
 
+/* The trigger page CAM's follow names, mapped read-only (STAGE_PAGE
+ * sent raw on c's socket, as libtensord does): 0 and *page, or the
+ * reply's status. */
+static int child_page(struct td_client *c,
+		      const struct td_follow_trigger **page)
+{
+	struct td_wire_ring_sub_req q = {.name = {CAM, sizeof(CAM) - 1},
+					 .flags = TD_WIRE_REQ_SCM};
+	struct rawrep r;
+	int rc = raw_call(c->sock, TD_OP_STAGE_PAGE, 1u << 30,
+			  td_wire_ring_sub_req_encode(&q, RAW_BODY, RAW_CAP),
+			  &r);
+	void *m;
+
+	if (rc == 0 && r.nfds == 1) {
+		m = mmap(NULL, TD_FOLLOW_TRIG_LEN, PROT_READ, MAP_SHARED,
+			 r.fds[0], 0);
+		rc = m == MAP_FAILED ? -errno : 0;
+		if (rc == 0)
+			*page = m;
+	}
+	td__scm_close(r.fds, r.nfds);
+	return rc;
+}
+
+/* The greatest version any word of page names (0 none), and each
+ * version named into list ("12 15 ") */
+static uint64_t page_newest(const struct td_follow_trigger *page,
+			    char *list, size_t cap)
+{
+	uint64_t v = 0;
+	size_t at = 0;
+
+	list[0] = 0;
+	for (unsigned i = 0; page && i < TD_FOLLOW_TRIG_SLOTS; i++) {
+		uint32_t w = atomic_load(&page[i].word);
+		int n;
+
+		if (!w)
+			continue;
+		if (w >> 2 > v)
+			v = w >> 2;
+		n = snprintf(list + at, cap - at, "%u ", w >> 2);
+		if (n > 0 && (size_t)n < cap - at)
+			at += (size_t)n;
+	}
+	return v;
+}
+
 /* The step `op` of the child's client c: S subscribe RING, N the next
  * version of it, F follow CAM, T the next version of that, G get_newer
- * of CAM after the last one taken. */
+ * of CAM after the last one taken, P map CAM's trigger page, W the
+ * newest version a word of that page names. */
 static void child_step(struct td_client *c, char op, int out)
 {
+	static const struct td_follow_trigger *page;
 	static struct td_sub *s;
 	static struct td_follow *f;
 	static uint64_t last;
 	struct td_error e = {0};
 	struct td_tensor *t = NULL;
 	struct td_view view;
+	char list[TD_WIRE_MAX_REASON + 1];
 	int rc = -EINVAL;
 	uint64_t v = 0;
 
@@ -94,6 +148,13 @@ static void child_step(struct td_client *c, char op, int out)
 		td_follow_close(f);
 		f = NULL;
 		rc = td_client_follow(c, CAM, &f, &e);
+	} else if (op == 'P') {
+		rc = page ? -EEXIST : child_page(c, &page);
+	} else if (op == 'W') {
+		rc = page ? 0 : -ENOENT;
+		v = page_newest(page, list, sizeof(list));
+		child_send(out, rc, v, list);
+		return;
 	} else if (op == 'T' || op == 'G') {
 		rc = op == 'T' ? td_follow_next(f, 5000, &t, &e)
 			       : td_client_get_newer(c, CAM, last, 5000, &t,
@@ -276,18 +337,19 @@ Test(revoke, a_reload_that_takes_a_subscribers_read_ends_the_ring)
 
 /* ---- follows ---- */
 
-/* A version of CAM whose bytes are all fill, from a stream loan (its
+/* A version of name whose bytes are all fill, from a stream loan (its
  * buffers recycled) */
-static uint64_t cam_fill(struct td_client *c, uint8_t fill)
+static uint64_t name_fill(struct td_client *c, const char *name,
+			  uint8_t fill)
 {
 	static const uint64_t shape[1] = {SIZE};
 	uint64_t size = SIZE, v = 0;
 	struct td_alloc *a = NULL;
 	struct td_error e = {0};
-	struct td_publish p = {.name = CAM, .dtype = TD_TENSOR_U8, .ndim = 1,
+	struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8, .ndim = 1,
 			       .shape = shape, .fence_fd = -1};
 
-	cr_assert_eq(td_client_alloc_named(c, CAM, 1, &size, TD_ALLOC_STREAM,
+	cr_assert_eq(td_client_alloc_named(c, name, 1, &size, TD_ALLOC_STREAM,
 					   &a, &e),
 		     0, "%s", e.reason);
 	memset(td_alloc_data(a, 0), fill, SIZE);
@@ -296,10 +358,17 @@ static uint64_t cam_fill(struct td_client *c, uint8_t fill)
 	return v;
 }
 
+static uint64_t cam_fill(struct td_client *c, uint8_t fill)
+{
+	return name_fill(c, CAM, fill);
+}
+
 static uint64_t cam_put(struct td_client *c)
 {
 	return cam_fill(c, 0x33);
 }
+
+#define SECRET "rv/secret"
 
 /* f's next version within 5 s, or -errno (*why the reason). */
 static int64_t follow_take(struct td_follow *f, struct td_error *e)
@@ -435,6 +504,100 @@ Test(revoke, a_reload_that_takes_a_followers_read_ends_the_names_follows)
 	nobody_stop(&n);
 	td_follow_close(ev);
 	td_follow_close(rf);
+	td_client_close(g);
+	td_client_close(c);
+	stop();
+}
+
+/*
+ * A producer's names share its trigger page, and a follower of one of
+ * them is handed the whole page (STAGE_PAGE): each name's word names
+ * the version staged and fired there. nobody, who may read CAM only,
+ * maps the page of root's producer of CAM and SECRET. The page shows it
+ * no version of SECRET, which root also follows: a name is staged on a
+ * page only while everyone handed the page may read it. A reload that
+ * takes CAM from nobody too: the page stops showing CAM's versions,
+ * which another follower goes on taking. Before, both went on showing.
+ */
+Test(revoke, a_trigger_page_shows_a_follower_only_names_it_may_read)
+{
+	struct td_client *c, *g;
+	struct td_follow *sf = NULL, *cf = NULL;
+	struct td_error e = {0};
+	struct nobody n;
+	struct result res;
+	uint64_t v, first, first2;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to act as another uid");
+	c = cam_followed_by_nobody(&n, NULL);
+	reload(c, CAM_ONLY);
+	g = root_conn();
+	cr_assert_eq(td_client_follow(g, SECRET, &sf, &e), 0, "%s", e.reason);
+	/* SECRET staged on c's page (root follows it): its words name
+	 * versions from first on */
+	first = name_fill(c, SECRET, 0x51);
+	cr_assert_eq(follow_take(sf, &e), (int64_t)first, "%s", e.reason);
+	for (int i = 0; i < 4; i++) {
+		v = name_fill(c, SECRET, 0x52);
+		cr_assert_eq(follow_take(sf, &e), (int64_t)v, "%s", e.reason);
+	}
+	/* then CAM (versions from v on): nobody is handed the page */
+	v = cam_put(c);
+	cr_assert_eq(nobody_do(&n, 'T').version, v);
+	first2 = cam_put(c);
+	cr_assert_eq(nobody_do(&n, 'T').version, first2);
+	res = nobody_do(&n, 'P');
+	cr_assert_eq(res.rc, 0, "STAGE_PAGE: %d %s", res.rc, res.reason);
+	res = nobody_do(&n, 'W');
+	for (const char *w = res.reason; *w;) {
+		char *end;
+		unsigned long long x = strtoull(w, &end, 10);
+
+		cr_assert(x < first || x >= v,
+			  "the page handed to nobody names %llu, a version "
+			  "of %s (%llu-%llu): %s", x, SECRET,
+			  (unsigned long long)first,
+			  (unsigned long long)v - 1, res.reason);
+		w = end + (*end == ' ');
+	}
+	v = cam_put(c);
+	cr_assert_eq(nobody_do(&n, 'T').version, v);
+	res = nobody_do(&n, 'W');
+	cr_assert(res.rc == 0 && res.version >= v,
+		  "CAM is staged on the page: newest %llu, CAM %llu",
+		  (unsigned long long)res.version, (unsigned long long)v);
+
+	/* SECRET, once nobody has the page: staged no more */
+	first = name_fill(c, SECRET, 0x53);
+	cr_assert_eq(follow_take(sf, &e), (int64_t)first, "%s", e.reason);
+	for (int i = 0; i < 6; i++) {
+		v = name_fill(c, SECRET, 0x54);
+		cr_assert_eq(follow_take(sf, &e), (int64_t)v, "%s", e.reason);
+	}
+	res = nobody_do(&n, 'W');
+	cr_assert(res.rc == 0 && res.version < first,
+		  "the page nobody maps names version %llu (%s versions "
+		  "%llu-%llu)", (unsigned long long)res.version, SECRET,
+		  (unsigned long long)first, (unsigned long long)v);
+
+	/* nobody's follow of CAM ends; root's goes on, staged */
+	reload(c, TAKE);
+	cr_assert_eq(td_client_follow(g, CAM, &cf, &e), 0, "%s", e.reason);
+	first = cam_put(c);
+	cr_assert_eq(follow_take(cf, &e), (int64_t)first, "%s", e.reason);
+	for (int i = 0; i < 6; i++) {
+		v = cam_put(c);
+		cr_assert_eq(follow_take(cf, &e), (int64_t)v, "%s", e.reason);
+	}
+	res = nobody_do(&n, 'W');
+	cr_assert(res.rc == 0 && res.version < first,
+		  "after the reload the page names version %llu (%s versions "
+		  "%llu-%llu)", (unsigned long long)res.version, CAM,
+		  (unsigned long long)first, (unsigned long long)v);
+	nobody_stop(&n);
+	td_follow_close(cf);
+	td_follow_close(sf);
 	td_client_close(g);
 	td_client_close(c);
 	stop();
