@@ -187,13 +187,20 @@ void td__stage_drop(struct td_client *c, uint64_t alloc_id)
  * A stage offered: a free record, else the one of the oldest loan (the
  * daemon keeps as many stages as this, and a loan that ends unpublished
  * frees its record, td__stage_drop: a record this client missed the end
- * of, if any).
+ * of, if any). The daemon never has two stages of a connection at one
+ * word of its page: a record of another loan at the word the reply
+ * names is over, and goes. Kept, its publish could fire the new stage
+ * when their versions read alike in the word's 30 bits (2^30 apart).
  */
 static void stage_add(struct td_client *c, uint64_t alloc_id,
 		      uint64_t version, uint32_t gen, uint32_t slot)
 {
 	struct td__stage *st = &c->st[0];
 
+	for (unsigned i = 0; slot && i < TD__STAGES; i++)
+		if (c->st[i].slot == slot && c->st[i].gen == gen &&
+		    c->st[i].alloc != alloc_id)
+			c->st[i] = (struct td__stage){0};
 	for (unsigned i = 1; i < TD__STAGES && st->alloc; i++)
 		if (c->st[i].alloc < st->alloc)
 			st = &c->st[i];

@@ -1830,6 +1830,80 @@ Test(stage, a_fired_commit_wakes_a_row_whose_last_version_reads_as_it,
 }
 
 /*
+ * A stage record the library missed the end of, of a loan it still
+ * holds, at the word where the daemon stages next a version that reads
+ * the same in the word's 30 bits (2^30 later; the daemon numbers from
+ * 2^30 + 1 here). The reply that announces the new stage drops the old
+ * record, and the held loan's publish is a plain one: the follower takes
+ * its bytes. Before, that publish fired the new stage, and its version
+ * was committed with the bytes of a loan the producer had not written.
+ */
+Test(stage, a_new_stage_at_a_word_ends_an_older_record_of_it,
+     .timeout = 60)
+{
+	struct td_publish p = pub_of(NAME);
+	struct td_error e = {0};
+	struct td_alloc *a1, *a2;
+	struct td_client *prod;
+	struct world wo;
+	uint64_t v, staged, next;
+	uint32_t gen, slot;
+
+	cr_assert_eq(setenv("TENSORD_TEST_FIRST_VERSION", "0x40000001", 1),
+		     0);
+	world_start(&wo, NULL, "pidfd", "1", NULL);
+	cr_assert_eq(unsetenv("TENSORD_TEST_FIRST_VERSION"), 0);
+	prod = wo.prod;
+	/* the lent loan, staged; and another, held */
+	a1 = loan(prod, NAME, 0x11);
+	cr_assert_eq(prod->st_alloc, a1->alloc_id, "the lent loan is staged");
+	staged = prod->st_version;
+	gen = prod->st_gen;
+	slot = 0;
+	for (unsigned i = 0; i < TD__STAGES; i++)
+		if (prod->st[i].alloc == a1->alloc_id)
+			slot = prod->st[i].slot;
+	cr_assert_neq(slot, 0u, "the reply named the word");
+	a2 = loan(prod, NAME, 0xab);
+	cr_assert_neq(a2->alloc_id, a1->alloc_id);
+	/* a2's record, as if staged 2^30 versions before the next stage */
+	next = staged + 1;
+	for (unsigned i = 0; i < TD__STAGES; i++)
+		if (!prod->st[i].alloc) {
+			prod->st[i] = (struct td__stage){a2->alloc_id,
+							 next - (1u << 30),
+							 gen, slot};
+			break;
+		}
+	cr_assert_eq(td_client_publish_alloc(prod, a1, &p, &v, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(v, staged, "a1 fired its stage");
+	cr_assert_eq(take(wo.f, 0x11), v);
+	cr_assert(prod->st_alloc && prod->st_version == next &&
+			  prod->st_gen == gen,
+		  "the reply staged %llu at generation %u, not %llu at %u",
+		  (unsigned long long)prod->st_version, prod->st_gen,
+		  (unsigned long long)next, gen);
+	for (unsigned i = 0; i < TD__STAGES; i++)
+		if (prod->st[i].alloc == prod->st_alloc)
+			cr_assert_eq(prod->st[i].slot, slot,
+				     "the next stage is at the same word");
+	/* a2 published: its own bytes, never the next loan's */
+	cr_assert_eq(td_client_publish_alloc(prod, a2, &p, &v, &e), 0, "%s",
+		     e.reason);
+	/* the daemon cancelled the next loan's stage (a publish of the
+	 * name came first); a2's must not have fired it */
+	cr_assert_eq(atomic_load(&prod->st_page[slot].word),
+		     td_follow_trig(next, TD_FOLLOW_TRIG_CANCELLED),
+		     "the next loan's stage after a2's publish: %#x (fired: "
+		     "%#x)", atomic_load(&prod->st_page[slot].word),
+		     td_follow_trig(next, TD_FOLLOW_TRIG_FIRED));
+	cr_assert_eq(take(wo.f, 0xab), v);
+	step(prod, wo.f, 0x12);
+	world_stop(&wo, true);
+}
+
+/*
  * And a follower that sleeps in td_follow_next names in its row the
  * word it sleeps on beside it (the producer's word of the name), so the
  * commit leaves it to its producer's wake; it takes the version fired.
