@@ -426,7 +426,7 @@ void tdpy_busy_forked(bool *busy, unsigned *forks)
 
 /* ---- calls in flight ---- */
 
-static int64_t mono_ms(void)
+int64_t tdpy_mono_ms(void)
 {
 	struct timespec ts;
 
@@ -434,15 +434,25 @@ static int64_t mono_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int tdpy_left_ms(int ms, int64_t start)
+{
+	int64_t spent;
+
+	if (ms <= 0 || start < 0)
+		return ms;
+	spent = tdpy_mono_ms() - start;
+	return spent >= ms ? 0 : ms - (int)spent;
+}
+
 int tdpy_wait_sliced(int ms, int (*fn)(void *arg, int slice_ms), void *arg,
 		     ClientObject *cl)
 {
-	int64_t deadline = ms < 0 ? -1 : mono_ms() + ms;
+	int64_t deadline = ms < 0 ? -1 : tdpy_mono_ms() + ms;
 	int rc;
 
 	for (;;) {
 		int64_t left = ms < 0 ? TDPY_SIGNAL_SLICE_MS
-				      : deadline - mono_ms();
+				      : deadline - tdpy_mono_ms();
 
 		if (left > TDPY_SIGNAL_SLICE_MS)
 			left = TDPY_SIGNAL_SLICE_MS;
@@ -457,7 +467,7 @@ int tdpy_wait_sliced(int ms, int (*fn)(void *arg, int slice_ms), void *arg,
 			tdpy_intr_take();
 		if (rc != -ETIMEDOUT && rc != -EAGAIN)
 			return rc;
-		if (ms >= 0 && mono_ms() >= deadline)
+		if (ms >= 0 && tdpy_mono_ms() >= deadline)
 			return -ETIMEDOUT;
 		if (PyErr_CheckSignals() < 0)
 			return -EINTR;

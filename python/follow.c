@@ -281,6 +281,7 @@ static void fenced_keep(FollowObject *fo, struct td_tensor *t)
 
 static PyObject *follow_wait(FollowObject *fo, int ms)
 {
+	int64_t start = tdpy_mono_ms(); /* the timeout's, fence included */
 	struct td_tensor *t = NULL;
 	struct td_error e = {0};
 	int rc;
@@ -293,7 +294,7 @@ static PyObject *follow_wait(FollowObject *fo, int ms)
 	 * and the next next() waits on it again (not on a newer one) */
 	if (rc == 0) {
 		rc = tdpy_fence_wait(NULL, t, PyUnicode_AsUTF8(fo->name), ms,
-				     &e);
+				     start, &e);
 		if (rc < 0)
 			fenced_keep(fo, t);
 	}
@@ -383,7 +384,8 @@ static PyObject *follow_poll_m(FollowObject *fo, PyObject *unused)
 		rc = 0;
 	}
 	if (rc == 0 &&
-	    tdpy_fence_wait(NULL, t, PyUnicode_AsUTF8(fo->name), 0, &e) < 0) {
+	    tdpy_fence_wait(NULL, t, PyUnicode_AsUTF8(fo->name), 0, -1,
+			    &e) < 0) {
 		/* fileno() wakes when the fence signals (fenced_keep) */
 		fenced_keep(fo, t);
 		rc = -EAGAIN;

@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 /* get_many's tensors t[n] as a tuple of Arrays (each consumed). */
 static PyObject *many_tuple(ClientObject *self, struct td_tensor **t,
@@ -99,33 +98,21 @@ static int many_slice(void *arg, int slice_ms)
 }
 
 /*
- * Each tensor once its fence signalled (tdpy_fence_wait), the fences of
- * all within ms together (-1: no limit): the call's timeout bounds them
- * once more, as get()'s bounds its one fence. They were waited for
- * without a limit, and a fence that never signalled (its producer died
- * before signalling) held get_many(timeout=) for ever.
+ * Each tensor once its fence signalled (tdpy_fence_wait), within what is
+ * left of the call's timeout of ms begun at start (-1: no limit): it
+ * bounds the wait for the versions and their fences together. The
+ * fences were waited for without a limit, and a fence that never
+ * signalled (its producer died before signalling) held
+ * get_many(timeout=) for ever; then with the whole timeout again.
  */
 static int many_fences(ClientObject *self, struct td_tensor **t,
 		       const char **names, Py_ssize_t n, int ms,
-		       struct td_error *e)
+		       int64_t start, struct td_error *e)
 {
-	struct timespec t0, now;
 	int rc = 0;
 
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (Py_ssize_t i = 0; rc == 0 && i < n; i++) {
-		int left = ms;
-
-		if (ms > 0) {
-			int64_t spent;
-
-			clock_gettime(CLOCK_MONOTONIC, &now);
-			spent = (int64_t)(now.tv_sec - t0.tv_sec) * 1000 +
-				(now.tv_nsec - t0.tv_nsec) / 1000000;
-			left = spent >= ms ? 0 : ms - (int)spent;
-		}
-		rc = tdpy_fence_wait(self, t[i], names[i], left, e);
-	}
+	for (Py_ssize_t i = 0; rc == 0 && i < n; i++)
+		rc = tdpy_fence_wait(self, t[i], names[i], ms, start, e);
 	return rc;
 }
 
@@ -136,8 +123,8 @@ static int many_fences(ClientObject *self, struct td_tensor **t,
  * together or not at all. With newer (or timeout) it first waits until
  * names[0] has a version newer than `newer` (0 when only timeout is
  * given: any), a slice at a time (td_client_get_many_newer). Each array
- * is handed out once its fence (if any) signalled, within timeout once
- * more (many_fences).
+ * is handed out once its fence (if any) signalled, all within timeout
+ * (many_fences).
  */
 PyObject *tdpy_client_get_many(ClientObject *self, PyObject *args,
 			       PyObject *kw)
@@ -151,6 +138,7 @@ PyObject *tdpy_client_get_many(ClientObject *self, PyObject *args,
 	PyObject *seq, *out = NULL;
 	uint64_t after = 0;
 	Py_ssize_t n;
+	int64_t start = tdpy_mono_ms(); /* the timeout's, fences included */
 	int ms = -1, rc;
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO", kwlist, &names_o,
@@ -201,7 +189,7 @@ PyObject *tdpy_client_get_many(ClientObject *self, PyObject *args,
 		Py_END_ALLOW_THREADS
 	}
 	if (rc == 0)
-		rc = many_fences(self, t, names, n, ms, &e);
+		rc = many_fences(self, t, names, n, ms, start, &e);
 	for (Py_ssize_t i = 0; rc < 0 && i < n; i++)
 		if (t[i])
 			tdpy_tensor_release(t[i]);

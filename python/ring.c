@@ -775,14 +775,17 @@ static int fence_slice(void *arg, int slice_ms)
 /*
  * A view is handed out only once its slot's fence signalled (a producer
  * that publishes with td_ring_publish_fenced() while its device still
- * writes): wait up to ms for the view libtensord now holds. Until then
- * it stays pending: the next next()/poll() waits on it again rather
- * than skip it. 0, -ETIMEDOUT, -EPIPE (the producer closed or died),
- * -EINTR with a handler's exception set.
+ * writes): wait for the view libtensord now holds, up to what is left of
+ * a call's timeout of ms begun at start (tdpy_left_ms). Until then it
+ * stays pending: the next next()/poll() waits on it again rather than
+ * skip it. 0, -ETIMEDOUT, -EPIPE (the producer closed or died), -EINTR
+ * with a handler's exception set.
  */
-static int sub_fence_wait(SubObject *sub, const struct td_view *v, int ms)
+static int sub_fence_wait(SubObject *sub, const struct td_view *v, int ms,
+			  int64_t start)
 {
-	int rc = tdpy_wait_sliced(ms, fence_slice, sub, NULL);
+	int rc = tdpy_wait_sliced(tdpy_left_ms(ms, start), fence_slice, sub,
+				  NULL);
 
 	sub->pending = rc == -ETIMEDOUT || rc == -EINTR;
 	if (sub->pending)
@@ -825,7 +828,7 @@ static PyObject *sub_poll(SubObject *sub, PyObject *unused)
 		Py_RETURN_NONE;
 	if (rc < 0)
 		return ring_raise(rc, sub->name, "poll", "", 0);
-	rc = sub_fence_wait(sub, &v, 0);
+	rc = sub_fence_wait(sub, &v, 0, -1);
 	if (rc == -ETIMEDOUT) {
 		/* a fence wakes nobody: look again in a millisecond */
 		(void)timerfd_settime(sub->efd, 0,
@@ -855,6 +858,7 @@ static int sub_slice(void *arg, int slice_ms)
 
 static PyObject *sub_wait(SubObject *sub, int ms)
 {
+	int64_t start = tdpy_mono_ms(); /* the timeout's, fence included */
 	struct td_view v;
 	int rc;
 
@@ -865,7 +869,7 @@ static PyObject *sub_wait(SubObject *sub, int ms)
 	rc = sub->pending ? 0
 			  : tdpy_wait_sliced(ms, sub_slice,
 					     &(struct sub_arg){sub, &v}, NULL);
-	if (rc == 0 && (rc = sub_fence_wait(sub, &v, ms)) < 0) {
+	if (rc == 0 && (rc = sub_fence_wait(sub, &v, ms, start)) < 0) {
 		sub->busy = false;
 		sub->held = 0;
 		return fence_raise(sub, rc, ms);

@@ -500,12 +500,18 @@ PyObject *tdpy_client_get_many(ClientObject *self, PyObject *args,
 PyObject *tdpy_lease_array(ClientObject *self, struct td_tensor *t,
 			   PyObject *name, PyObject *follow);
 /*
- * Wait up to ms (-1: no limit; sliced, so Ctrl-C ends it) for t's acquire
- * fence, if it has one (docs/python.md, "Fences"): 0, or -errno with the
- * reason in *e (-EINTR: a handler's exception is set); t stays held.
+ * Wait for t's acquire fence, if it has one (docs/python.md, "Fences"),
+ * up to what is left of a call's timeout of ms begun at start
+ * (tdpy_mono_ms(); < 0: now; ms -1: no limit; sliced, so Ctrl-C ends
+ * it): 0, or -errno with the reason in *e (-EINTR: a handler's exception
+ * is set); t stays held.
  */
 int tdpy_fence_wait(ClientObject *cl, struct td_tensor *t, const char *name,
-		    int ms, struct td_error *e);
+		    int ms, int64_t start, struct td_error *e);
+/* CLOCK_MONOTONIC in ms; and what is left of a timeout of ms begun at
+ * start (ms itself when ms <= 0 or start < 0; 0 once spent) */
+int64_t tdpy_mono_ms(void);
+int tdpy_left_ms(int ms, int64_t start);
 /* Client.follow(), in follow.c. */
 PyObject *tdpy_client_follow(ClientObject *self, PyObject *args);
 

@@ -1035,7 +1035,7 @@ static int fence_slice(void *arg, int slice_ms)
 }
 
 int tdpy_fence_wait(ClientObject *cl, struct td_tensor *t, const char *name,
-		    int ms, struct td_error *e)
+		    int ms, int64_t start, struct td_error *e)
 {
 	int rc;
 
@@ -1046,7 +1046,7 @@ int tdpy_fence_wait(ClientObject *cl, struct td_tensor *t, const char *name,
 	 */
 	if (!td_tensor_has_fence(t))
 		return 0;
-	rc = tdpy_wait_sliced(ms, fence_slice, t, cl);
+	rc = tdpy_wait_sliced(tdpy_left_ms(ms, start), fence_slice, t, cl);
 	if (rc == -ETIMEDOUT)
 		snprintf(e->reason, sizeof(e->reason),
 			 "the fence of \"%s\" version %llu did not signal "
@@ -1075,6 +1075,7 @@ PyObject *tdpy_client_get(ClientObject *self, PyObject *args, PyObject *kw)
 	struct td_client *c;
 	uint64_t v = 0;
 	const char *name;
+	int64_t start = tdpy_mono_ms(); /* the timeout's, fence included */
 	int ms = -1, rc;
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|OOO", kwlist,
@@ -1108,9 +1109,9 @@ PyObject *tdpy_client_get(ClientObject *self, PyObject *args, PyObject *kw)
 		rc = td_client_get(c, name, &t, &e);
 		Py_END_ALLOW_THREADS
 	}
-	/* the same timeout bounds the wait for its fence */
+	/* the same timeout bounds the wait for its fence: what is left */
 	if (rc == 0) {
-		rc = tdpy_fence_wait(self, t, name, ms, &e);
+		rc = tdpy_fence_wait(self, t, name, ms, start, &e);
 		if (rc < 0)
 			tdpy_tensor_release(t);
 	}

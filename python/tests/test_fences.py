@@ -120,7 +120,7 @@ def test_get_waits_for_the_fence_and_says_so_when_it_does_not_signal(
 
 def test_get_many_bounds_its_wait_for_fences_by_its_timeout(client, prod):
     """get_many() hands each array out once its fence signalled, as get()
-    does, and its timeout bounds that wait once more: it waited without a
+    does, and its timeout bounds that wait too: it waited without a
     limit, so a fence that never signalled (a producer that died before
     signalling) held get_many(names, timeout=) for ever. Here a timer
     signals it at last, which without the bound is when the calls would
@@ -354,3 +354,51 @@ def test_a_subscription_release_gives_back_a_slot_whose_fence_is_pending(
     del x
     sub.close()
     ring.close()
+
+
+def _late(delay, fn):
+    """fn() on a timer thread after delay seconds: the timer, started."""
+    t = threading.Timer(delay, fn)
+    t.start()
+    return t
+
+
+def test_one_timeout_bounds_the_wait_and_the_fence_together(client, prod):
+    """get(newer=), Follow.next() and Subscription.next() with a timeout:
+    a version that comes 1.5 s into a 2 s timeout, its fence never
+    signalled, gets what is left of it, 0.5 s, not the whole 2 s again
+    (each call took 3.5 s before). The bound asserted, 3 s, is the
+    timeout plus a second."""
+    ring = RingProducer(prod, "gpu/tr")
+    sub = client.subscribe("gpu/tr", timeout=5)
+    v0 = client.put("gpu/t", np.zeros(4, np.uint8))
+    f = client.follow("gpu/t")
+    f.next(timeout=5).release()
+    fences = []
+
+    def put():
+        fences.append(prod.put_fenced("gpu/t", b"\x01" * 8))
+
+    calls = [("get", lambda: client.get("gpu/t", newer_than=v0,
+                                        timeout=2.0), put),
+             ("Follow.next", lambda: f.next(timeout=2.0), put),
+             ("Subscription.next", lambda: sub.next(timeout=2.0),
+              ring.publish_fenced)]
+    try:
+        for what, call, late in calls:
+            v0 = client.stat("gpu/t").version
+            timer = _late(1.5, late)
+            t0 = time.monotonic()
+            with pytest.raises(tensord.Timeout, match="fence of"):
+                call()
+            took = time.monotonic() - t0
+            timer.join()
+            assert took < 3.0, f"{what}(timeout=2.0) took {took:.2f} s"
+            assert took >= 1.9, f"{what} returned early: {took:.2f} s"
+    finally:
+        for fence in fences:
+            prod.signal(fence)
+            os.close(fence)
+    f.close()
+    ring.close()
+    sub.close()
