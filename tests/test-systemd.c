@@ -3357,10 +3357,40 @@ Test(systemd, state_encoder_takes_entries_over_time)
 
 /* ---- the fd store among many tensors ---- */
 
+/*
+ * Metric `name` of the daemon serving HTTP at http_unix (in a folder of
+ * mkdir_tmp's). A socket file not there fails with the daemon's log: a
+ * daemon unlinks it only on its way out, and its log says why it went
+ * ("signal 15: shutting down": a SIGTERM from elsewhere). A folder gone
+ * with it was removed from outside the test (a cleanup of /tmp/td-sd-*
+ * while the suite ran: the one failure of this kind seen).
+ */
+static unsigned long long http_metric(const char *name)
+{
+	struct stat s;
+
+	if (lstat(http_unix, &s) < 0) {
+		char dir[160], log[176], *text;
+		int err = errno;
+
+		snprintf(dir, sizeof(dir), "%s", http_unix);
+		*strrchr(dir, '/') = '\0';
+		snprintf(log, sizeof(log), "%s/stderr", dir);
+		text = tu_slurp(log);
+		cr_assert_fail("%s: %s; its folder %s; the daemon's log:\n%s",
+			       http_unix, strerror(err),
+			       stat(dir, &s) == 0 ? "is there"
+						  : "is gone (removed from "
+						    "outside the test)",
+			       text && *text ? text : "(none left)");
+	}
+	return tu_metric_unix(http_unix, name);
+}
+
 /* tensord_store_visits_total of the daemon serving HTTP at http_unix */
 static unsigned long long store_visits(void)
 {
-	return tu_metric_unix(http_unix, "tensord_store_visits_total");
+	return http_metric("tensord_store_visits_total");
 }
 
 /*
@@ -3558,15 +3588,13 @@ static void image_backed(const struct fdstore *st, uint64_t *vers,
  * images a change armed, 100 ms after it, are written) */
 static unsigned long long images_settled(void)
 {
-	unsigned long long n = tu_metric_unix(http_unix,
-					      "tensord_state_images_total"),
-			   m;
+	unsigned long long n = http_metric("tensord_state_images_total"), m;
 	int still = 0;
 
 	for (int tries = 0; still < 30; tries++) {
 		cr_assert_lt(tries, 3000, "state images never settled");
 		usleep(10000);
-		m = tu_metric_unix(http_unix, "tensord_state_images_total");
+		m = http_metric("tensord_state_images_total");
 		still = m == n ? still + 1 : 0;
 		n = m;
 	}
@@ -3622,10 +3650,10 @@ Test(systemd, a_state_image_is_written_over_loop_turns)
 	http_unix = hsock;
 	c = many_start(&d, &st, &dr, "4", want, NAMES);
 	images = images_settled();
-	turns = tu_metric_unix(http_unix, "tensord_state_image_turns_total");
+	turns = http_metric("tensord_state_image_turns_total");
 	want[100] = put(c, "many/0100", 64, 'x', 0, NULL);
 	images2 = images_settled();
-	turns2 = tu_metric_unix(http_unix, "tensord_state_image_turns_total");
+	turns2 = http_metric("tensord_state_image_turns_total");
 	cr_log_info("%llu images in %llu turns", images2 - images,
 		    turns2 - turns);
 	cr_assert_geq(images2, images + 1, "no image after a change");

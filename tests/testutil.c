@@ -178,8 +178,23 @@ static const char *metrics_unix(const char *path)
 
 	cr_assert_geq(fd, 0);
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0,
-		     "%s: %s", path, strerror(errno));
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		int err = errno;
+		char dir[sizeof(sa.sun_path)];
+		char *slash;
+		struct stat st;
+
+		/* a socket file gone: its daemon left (it unlinks it on
+		 * its way out), or its folder was removed under it */
+		snprintf(dir, sizeof(dir), "%s", path);
+		slash = strrchr(dir, '/');
+		if (slash && slash != dir)
+			*slash = '\0';
+		cr_assert_fail("%s: %s (its folder %s %s)", path,
+			       strerror(err), dir,
+			       stat(dir, &st) == 0 ? "is there"
+						   : "is gone");
+	}
 	cr_assert_eq(write(fd, req, sizeof(req) - 1),
 		     (ssize_t)sizeof(req) - 1);
 	while (n < sizeof(buf) - 1 &&
