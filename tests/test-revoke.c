@@ -519,6 +519,37 @@ Test(revoke, a_reload_that_takes_a_followers_read_ends_the_names_follows)
  * takes CAM from nobody too: the page stops showing CAM's versions,
  * which another follower goes on taking. Before, both went on showing.
  */
+/* Seven versions of name through c (stream loans), each taken by f:
+ * the first, and the last in *last. */
+static uint64_t versions_taken(struct td_client *c, const char *name,
+			       struct td_follow *f, uint64_t *last)
+{
+	struct td_error e = {0};
+	uint64_t first = 0, v;
+
+	for (int i = 0; i < 7; i++) {
+		v = name_fill(c, name, (uint8_t)(0x50 + i));
+		cr_assert_eq(follow_take(f, &e), (int64_t)v, "%s", e.reason);
+		first = first ? first : v;
+	}
+	*last = v;
+	return first;
+}
+
+/* The page nobody maps names no version from first on (name's first to
+ * last were published since). */
+static void page_names_none_from(struct nobody *n, uint64_t first,
+				 uint64_t last, const char *name,
+				 const char *when)
+{
+	struct result res = nobody_do(n, 'W');
+
+	cr_assert(res.rc == 0 && res.version < first,
+		  "the page nobody maps names version %llu%s (%s versions "
+		  "%llu-%llu)", (unsigned long long)res.version, when, name,
+		  (unsigned long long)first, (unsigned long long)last);
+}
+
 Test(revoke, a_trigger_page_shows_a_follower_only_names_it_may_read)
 {
 	struct td_client *c, *g;
@@ -536,14 +567,10 @@ Test(revoke, a_trigger_page_shows_a_follower_only_names_it_may_read)
 	cr_assert_eq(td_client_follow(g, SECRET, &sf, &e), 0, "%s", e.reason);
 	/* SECRET staged on c's page (root follows it): its words name
 	 * versions from first on */
-	first = name_fill(c, SECRET, 0x51);
-	cr_assert_eq(follow_take(sf, &e), (int64_t)first, "%s", e.reason);
-	for (int i = 0; i < 4; i++) {
-		v = name_fill(c, SECRET, 0x52);
-		cr_assert_eq(follow_take(sf, &e), (int64_t)v, "%s", e.reason);
-	}
+	first = versions_taken(c, SECRET, sf, &v);
 	/* then CAM (versions from v on): nobody is handed the page */
 	v = cam_put(c);
+	cr_assert_gt(v, first, "CAM's version comes after SECRET's");
 	cr_assert_eq(nobody_do(&n, 'T').version, v);
 	first2 = cam_put(c);
 	cr_assert_eq(nobody_do(&n, 'T').version, first2);
@@ -569,32 +596,14 @@ Test(revoke, a_trigger_page_shows_a_follower_only_names_it_may_read)
 		  (unsigned long long)res.version, (unsigned long long)v);
 
 	/* SECRET, once nobody has the page: staged no more */
-	first = name_fill(c, SECRET, 0x53);
-	cr_assert_eq(follow_take(sf, &e), (int64_t)first, "%s", e.reason);
-	for (int i = 0; i < 6; i++) {
-		v = name_fill(c, SECRET, 0x54);
-		cr_assert_eq(follow_take(sf, &e), (int64_t)v, "%s", e.reason);
-	}
-	res = nobody_do(&n, 'W');
-	cr_assert(res.rc == 0 && res.version < first,
-		  "the page nobody maps names version %llu (%s versions "
-		  "%llu-%llu)", (unsigned long long)res.version, SECRET,
-		  (unsigned long long)first, (unsigned long long)v);
+	first = versions_taken(c, SECRET, sf, &v);
+	page_names_none_from(&n, first, v, SECRET, "");
 
 	/* nobody's follow of CAM ends; root's goes on, staged */
 	reload(c, TAKE);
 	cr_assert_eq(td_client_follow(g, CAM, &cf, &e), 0, "%s", e.reason);
-	first = cam_put(c);
-	cr_assert_eq(follow_take(cf, &e), (int64_t)first, "%s", e.reason);
-	for (int i = 0; i < 6; i++) {
-		v = cam_put(c);
-		cr_assert_eq(follow_take(cf, &e), (int64_t)v, "%s", e.reason);
-	}
-	res = nobody_do(&n, 'W');
-	cr_assert(res.rc == 0 && res.version < first,
-		  "after the reload the page names version %llu (%s versions "
-		  "%llu-%llu)", (unsigned long long)res.version, CAM,
-		  (unsigned long long)first, (unsigned long long)v);
+	first = versions_taken(c, CAM, cf, &v);
+	page_names_none_from(&n, first, v, CAM, " after the reload");
 	nobody_stop(&n);
 	td_follow_close(cf);
 	td_follow_close(sf);
