@@ -706,8 +706,11 @@ void td__stage_page(struct td__peer *p, const struct td__req *rq)
 	else if (b && follows && b->trig_owner) {
 		/* a page whose words named what p may not read is renewed
 		 * (its stages settled): p sees only stages made after, of
-		 * names all it was handed to may read (stage_arm) */
-		if (!td__trig_readable(b->trig_owner->trig, p)) {
+		 * names all it was handed to may read (stage_arm). None: a
+		 * renewal its uid had no room for, made here if it fits */
+		struct td__trig *old = b->trig_owner->trig;
+
+		if (old && !td__trig_readable(old, p)) {
 			td__stage_owner(b->trig_owner, true);
 			td__peer_trig_free(b->trig_owner);
 		}

@@ -612,6 +612,58 @@ Test(revoke, a_trigger_page_shows_a_follower_only_names_it_may_read)
 	stop();
 }
 
+/*
+ * A follower handed a page whose words name what it may not read gets a
+ * renewed page; when its producer's uid has no room left for the new
+ * page's two fds (a reload lowered root's fds limit under what it
+ * holds), there is none, and STAGE_PAGE says -ENOENT, to that follower
+ * and the next. Once there is room the next one gets a page. Before, the
+ * bell still named the producer whose page was gone, and the next
+ * follower's STAGE_PAGE read that page through a NULL pointer: the
+ * daemon died.
+ */
+Test(revoke, a_page_its_producer_had_no_room_to_renew_is_asked_again)
+{
+	struct td_client *c, *g;
+	struct td_follow *sf = NULL;
+	struct td_error e = {0};
+	struct nobody n;
+	struct result res;
+	uint64_t v;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to act as another uid");
+	c = cam_followed_by_nobody(&n, NULL);
+	g = root_conn();
+	cr_assert_eq(td_client_follow(g, SECRET, &sf, &e), 0, "%s", e.reason);
+	/* CAM's bell names c's page; SECRET is staged on it too, which
+	 * nobody may not read after the reload */
+	for (int i = 0; i < 2; i++) {
+		v = cam_put(c);
+		cr_assert_eq(nobody_do(&n, 'T').version, v);
+	}
+	for (int i = 0; i < 4; i++) {
+		v = name_fill(c, SECRET, 0x61);
+		cr_assert_eq(follow_take(sf, &e), (int64_t)v, "%s", e.reason);
+	}
+	reload(c, CAM_ONLY "limit uid=0 fds 1\n");
+	for (int i = 0; i < 2; i++) {
+		res = nobody_do(&n, 'P');
+		cr_assert_eq(res.rc, -ENOENT, "STAGE_PAGE %d: %d %s", i,
+			     res.rc, res.reason);
+	}
+	reload(c, CAM_ONLY);
+	res = nobody_do(&n, 'P');
+	cr_assert_eq(res.rc, 0, "STAGE_PAGE: %d %s", res.rc, res.reason);
+	v = cam_put(c);
+	cr_assert_eq(nobody_do(&n, 'T').version, v);
+	nobody_stop(&n);
+	td_follow_close(sf);
+	td_client_close(g);
+	td_client_close(c);
+	stop();
+}
+
 /* td_follow_next(f, timeout_ms) in a thread of its own */
 struct next_waiter {
 	struct td_follow *f;
