@@ -298,9 +298,7 @@ static void publish_as_nobody(const char *sock, const char *name,
 	struct td_error e = {0};
 	int rc, fd = -1;
 
-	if (setgroups(0, NULL) < 0 || setresgid(NOBODY, NOBODY, NOBODY) < 0 ||
-	    setresuid(NOBODY, NOBODY, NOBODY) < 0 ||
-	    prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+	if (tu_become(NOBODY, NOBODY) < 0)
 		_exit(10);
 	if (td_client_connect(sock, &c, &e) < 0)
 		_exit(11);

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -172,8 +173,7 @@ static void child(int in, int out)
 	struct td_client *c = NULL;
 	char op;
 
-	if (setgroups(0, NULL) < 0 || setresgid(NOBODY, NOBODY, NOBODY) < 0 ||
-	    setresuid(NOBODY, NOBODY, NOBODY) < 0)
+	if (tu_become(NOBODY, NOBODY) < 0)
 		_exit(10);
 	if (td_client_connect(D.sock, &c, NULL) < 0)
 		_exit(11);
@@ -226,6 +226,77 @@ static void nobody_stop(struct nobody *n)
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "nobody: %#x", st);
 	close(n->cmd);
 	close(n->res);
+}
+
+/* pid is gone, or a zombie nobody reaps yet */
+static bool pid_gone(pid_t pid)
+{
+	char path[64], st[256];
+	FILE *f;
+	bool z = false;
+
+	if (kill(pid, 0) < 0 && errno == ESRCH)
+		return true;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return true;
+	if (fgets(st, sizeof(st), f)) {
+		const char *rp = strrchr(st, ')');
+
+		z = rp && rp[1] == ' ' && rp[2] == 'Z';
+	}
+	fclose(f);
+	return z;
+}
+
+/*
+ * A child that becomes nobody (tu_become, as these tests' children do)
+ * dies with its parent, as every tu_fork() child: the uid change clears
+ * PR_SET_PDEATHSIG, which tu_become sets again. Before, the nobody child
+ * of a test whose daemon died stayed behind after the suite.
+ */
+Test(revoke, a_child_that_became_nobody_dies_with_its_parent)
+{
+	pid_t mid, kid = 0;
+	int p[2], st;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to act as another uid");
+	cr_assert_eq(pipe(p), 0);
+	mid = tu_fork();
+	if (mid == 0) {
+		pid_t k = fork();
+
+		if (k == 0) {
+			pid_t me = getpid();
+
+			/* (its own parent, mid, exits once this is written) */
+			if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 ||
+			    tu_become(NOBODY, NOBODY) < 0 ||
+			    write(p[1], &me, sizeof(me)) != sizeof(me))
+				_exit(10);
+			for (;;)
+				pause();
+		}
+		/* once it is nobody: its pid for the test, and gone */
+		if (k < 0 || read(p[0], &k, sizeof(k)) != sizeof(k) ||
+		    write(p[1], &k, sizeof(k)) != sizeof(k))
+			_exit(11);
+		_exit(0);
+	}
+	close(p[1]);
+	st = tu_wait_child(mid, 30, "the middle process");
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "middle: %#x", st);
+	cr_assert_eq(read(p[0], &kid, sizeof(kid)), (ssize_t)sizeof(kid));
+	close(p[0]);
+	for (int i = 0; i < 500 && !pid_gone(kid); i++)
+		usleep(10000);
+	if (!pid_gone(kid)) {
+		kill(kid, SIGKILL);
+		cr_assert_fail("the nobody child %d outlived its parent",
+			       (int)kid);
+	}
 }
 
 /* ---- the daemon and its policy ---- */

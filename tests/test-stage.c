@@ -1025,9 +1025,7 @@ static int nobody_follower(const char *sock_path)
 	/* root opens any file whatever its mode (CAP_DAC_OVERRIDE): as root,
 	 * the follower becomes nobody; otherwise it is the daemon's own uid,
 	 * which mode 0444 refuses writing too */
-	if (geteuid() == 0 &&
-	    (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 ||
-	     setresuid(65534, 65534, 65534) < 0))
+	if (geteuid() == 0 && tu_become(65534, 65534) < 0)
 		return 10;
 	sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock_path);
@@ -1149,8 +1147,7 @@ static int reloaded_producer(const char *sock, int in, int out)
 	uint64_t fired;
 	char x;
 
-	if (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 ||
-	    setresuid(65534, 65534, 65534) < 0 ||
+	if (tu_become(65534, 65534) < 0 ||
 	    setenv("TENSORD_IMPORT", "scm", 1) < 0 ||
 	    td_client_connect(sock, &c, NULL) < 0)
 		return 10;

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -320,6 +321,18 @@ pid_t tu_fork(void)
 			_exit(125);
 	}
 	return pid;
+}
+
+int tu_become(uid_t uid, gid_t gid)
+{
+	pid_t parent = getppid();
+
+	if (setgroups(0, NULL) < 0 || setresgid(gid, gid, gid) < 0 ||
+	    setresuid(uid, uid, uid) < 0 ||
+	    prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+		return -errno;
+	/* a parent gone before the prctl: no signal would come */
+	return getppid() == parent ? 0 : -ESRCH;
 }
 
 static int64_t now_ms(void)

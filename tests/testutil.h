@@ -132,6 +132,13 @@ extern bool tu_in_child;
  * its uid sets it again (prctl(PR_SET_PDEATHSIG, SIGKILL)).
  */
 pid_t tu_fork(void);
+/*
+ * A child of tu_fork() becomes uid and gid, with no other groups, and
+ * still dies with its parent: the uid change cleared PR_SET_PDEATHSIG,
+ * set again here (a child left running as nobody after its test's
+ * daemon died outlived the suite). 0, or -errno.
+ */
+int tu_become(uid_t uid, gid_t gid);
 
 /* How tu_ctl_run() runs tensorctl: stdin from in (NULL: /dev/null),
  * stdout to out and stderr to err (files, made or emptied; out == err:
