@@ -547,9 +547,8 @@ static void stage_page_set(struct bell *b, const struct td__trig *t)
 /*
  * Stage sv (td__version_desc_copy's; the stage's from now on, else put
  * back) as the next version of its name on b, with alloc a's buffers: a
- * number,
- * an entry in the bell, STAGED at a word of p's trigger page no other
- * stage of p has (td__peer_trig_slot). *version, *gen and *slot name it
+ * number, an entry in the bell, STAGED at a word of p's trigger page no
+ * other stage of p has (td__peer_trig_slot). *version, *gen and *slot name it
  * (left 0 when not staged; *slot only to a producer that reads it).
  */
 static void stage_arm(struct td__peer *p, struct bell *b,

@@ -726,11 +726,8 @@ ended:
 		return rc;
 get_path:
 	*served = false;
-	if (deadline >= 0) {
-		int64_t ms = (deadline - td__now_ns()) / 1000000;
-
-		*left = ms > 0 ? (int)ms : 0;
-	}
+	if (deadline >= 0)
+		*left = td__ms_left(deadline);
 	return 0;
 }
 
@@ -797,12 +794,9 @@ int td_follow_next(struct td_follow *f, int timeout_ms,
 		rc = follow_wait(f, f->last, left, out, err, NULL, NULL);
 		if (rc != -ESTALE)
 			return rc;
-		if (deadline >= 0) {
-			int64_t ms = (deadline - td__now_ns()) / 1000000;
-
-			/* at least 1: 0 would be a poll's -EAGAIN */
-			left = ms > 0 ? (int)ms : 1;
-		}
+		/* at least 1: 0 would be a poll's -EAGAIN */
+		if (deadline >= 0 && (left = td__ms_left(deadline)) == 0)
+			left = 1;
 	}
 }
 

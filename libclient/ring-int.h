@@ -88,6 +88,8 @@ void td__ringmap_unmap(struct ringmap *m);
 int64_t td__deadline_of(int timeout_ms);
 /* the deadline (-1: none) has passed */
 bool td__past(int64_t deadline);
+/* the whole ms left until deadline: 0 once past, -1 for none */
+int td__ms_left(int64_t deadline);
 /* Sleep while *w == val (a shared futex), until deadline (-1: none):
  * 0 woken or changed, -ETIMEDOUT. */
 int td__futex_wait_until(_Atomic uint32_t *w, uint32_t val, int64_t deadline);

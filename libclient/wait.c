@@ -28,6 +28,16 @@ int64_t td__deadline_of(int timeout_ms)
 	return timeout_ms < 0 ? -1 : td__now_ns() + (int64_t)timeout_ms * 1000000;
 }
 
+int td__ms_left(int64_t deadline)
+{
+	int64_t ms;
+
+	if (deadline < 0)
+		return -1;
+	ms = (deadline - td__now_ns()) / 1000000;
+	return ms > 0 ? (int)ms : 0;
+}
+
 /*
  * Sleep while *w == val, until deadline (-1: none). Shared futex (no
  * PRIVATE flag): the word lives in a memfd mapped by other processes.
