@@ -1656,6 +1656,52 @@ Test(stall, a_request_of_many_slow_seals_holds_another_uid_back_one_seal,
 	close(v);
 }
 
+/* As start_slow, each seal three times as long: room for the half-seal
+ * offset below, whatever the scheduler does to it */
+#define SLOWER_MS (3 * SLOW_MS)
+
+static void start_slower(void)
+{
+	start_shim("tensord-plane", SLOWER_MS, 0);
+}
+
+/*
+ * A job stops leaving its seals for another uid once that uid has its
+ * thread (sealer.c, yield_update). Two PUBLISH_MANYs of root's, three
+ * loans each, on the two threads half a seal apart; nobody's PUBLISH
+ * comes: the job whose seal ends first leaves its rest for nobody's
+ * turn, nobody's seal takes that thread, and the other job, no longer
+ * keeping anyone waiting, makes all of its seals: one yield in all.
+ * With the flag left set once another uid had waited, the other job
+ * left its rest too (two yields), for nobody.
+ */
+Test(stall, a_job_keeps_its_thread_once_the_other_uid_has_one,
+     .init = start_slower, .fini = stop_http)
+{
+	enum { N = 2, K = 3 };
+	int sock[N], v = nobody_conn();
+
+	for (int i = 0; i < N; i++) {
+		sock[i] = raw_scm_conn(&D);
+		send_loans_many(sock[i], "keep", i, K, NULL);
+		await_seals_waiting((uint64_t)i + 1);
+		if (i == 0)
+			poll(NULL, 0, SLOWER_MS / 2);
+	}
+	nobody_publish(v, "keep/nobody");
+	answered_ok(v, "nobody's publish");
+	for (int i = 0; i < N; i++) {
+		answered_ok(sock[i], "root's PUBLISH_MANY");
+		close(sock[i]);
+	}
+	cr_assert_eq(tu_metric_unix(http_path, "tensord_seal_yields_total"),
+		     1, "yields: %llu, not 1 (nobody's only)",
+		     tu_metric_unix(http_path, "tensord_seal_yields_total"));
+	cr_assert_eq(tu_metric_unix(http_path, "tensord_seals_off_loop_total"),
+		     N * K + 1);
+	close(v);
+}
+
 /*
  * A request parked for its seal while its client hangs up: the client
  * sent more than the daemon reads at one wake-up (TD__RX_BATCH, 32),
