@@ -11,10 +11,12 @@
 #include <unistd.h>
 
 #include "tensord/tensord.h"
+#include "testutil.h"
 
 /*
  * The file /tmp/td-<tag>-<pid>, its path into path (n bytes), holding
- * the policy fmt formats; the caller unlinks it.
+ * the policy fmt formats; the caller unlinks it (a test that fails
+ * before leaves it, one that passes not: tu_tmp_note).
  */
 __attribute__((format(printf, 4, 5))) static inline void
 tu_policy_file(char *path, size_t n, const char *tag, const char *fmt, ...)
@@ -25,6 +27,7 @@ tu_policy_file(char *path, size_t n, const char *tag, const char *fmt, ...)
 	snprintf(path, n, "/tmp/td-%s-%d", tag, (int)getpid());
 	f = fopen(path, "w");
 	cr_assert(f, "policy file %s", path);
+	tu_tmp_note(path);
 	va_start(ap, fmt);
 	vfprintf(f, fmt, ap);
 	va_end(ap);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tensord end to end over raw proto/wire messages (no client library):
- * each test starts its own daemon ($TD_TENSORD) on a socket in a mkdtemp()
+ * each test starts its own daemon ($TD_TENSORD) on a socket in a tu_mkdtemp()
  * folder and stops it with SIGTERM, which must exit 0 and remove the
  * socket. Bad input must get its specific error reply and leave the daemon
  * serving, with its fd count back at the baseline.
@@ -125,7 +125,7 @@ static void daemon_start(struct daemon *d, const char *const *extra)
 	int fd = -1;
 
 	snprintf(d->dir, sizeof(d->dir), "/tmp/td-test-XXXXXX");
-	cr_assert(mkdtemp(d->dir));
+	cr_assert(tu_mkdtemp(d->dir));
 	snprintf(d->sock, sizeof(d->sock), "%s/s.sock", d->dir);
 	snprintf(d->log, sizeof(d->log), "%s/log", d->dir);
 	d->pid = spawn(d, extra);
@@ -1822,7 +1822,7 @@ DTest(a_live_socket_is_not_stolen_and_a_stale_one_is_replaced)
 
 	/* a socket file nobody listens on is taken over */
 	daemon_stop(&D);
-	cr_assert(mkdtemp(strcpy(D.dir, "/tmp/td-test-XXXXXX")));
+	cr_assert(tu_mkdtemp(strcpy(D.dir, "/tmp/td-test-XXXXXX")));
 	snprintf(D.sock, sizeof(D.sock), "%s/s.sock", D.dir);
 	snprintf(D.log, sizeof(D.log), "%s/log", D.dir);
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -2164,7 +2164,7 @@ Test(daemon, check_policy_says_ok_or_why_and_starts_nothing)
 	char *out;
 	FILE *f;
 
-	cr_assert(mkdtemp(dir));
+	cr_assert(tu_mkdtemp(dir));
 	snprintf(good, sizeof(good), "%s/good", dir);
 	snprintf(bad, sizeof(bad), "%s/bad", dir);
 	snprintf(sock, sizeof(sock), "%s/tensord.sock", dir);

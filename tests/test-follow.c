@@ -936,7 +936,7 @@ Test(follow, a_commit_visits_the_rows_in_use_not_all_of_them)
 	const char *const args[] = {"--http", http, NULL};
 	unsigned long long before, after;
 
-	cr_assert_not_null(mkdtemp(dir));
+	cr_assert_not_null(tu_mkdtemp(dir));
 	snprintf(path, sizeof(path), "%s/http", dir);
 	snprintf(http, sizeof(http), "unix:%s", path);
 	pair_start(&d, args, "pidfd", &prod, &cons);

@@ -69,7 +69,7 @@ Test(gpu, bad_fences_are_refused_with_a_reason)
 {
 	struct td_error e = {0};
 	char path[] = "/tmp/td-fence-XXXXXX";
-	int file = mkstemp(path), p[2];
+	int file = tu_mkstemp(path), p[2];
 
 	cr_assert_geq(file, 0);
 	unlink(path);
@@ -758,7 +758,7 @@ Test(gpu, publishing_a_bad_fence_is_refused_with_a_reason)
 	const uint8_t bytes[4] = {1, 2, 3, 4};
 
 	tu_daemon_start(&d, "warn");
-	int file = mkstemp(path);
+	int file = tu_mkstemp(path);
 	cr_assert_geq(file, 0);
 	unlink(path);
 	struct td_client *c = connect_to(&d);

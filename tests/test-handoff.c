@@ -81,7 +81,7 @@ static void daemon_start_env(struct daemon *d, const char *import)
 	d->shm0 = tu_buf_map_count();
 	cr_assert(bin, "TD_TENSORD is not set (run through meson test)");
 	snprintf(d->dir, sizeof(d->dir), "/tmp/td-handoff-XXXXXX");
-	cr_assert(mkdtemp(d->dir));
+	cr_assert(tu_mkdtemp(d->dir));
 	/* a consumer that drops to nobody must reach the socket */
 	cr_assert(chmod(d->dir, 0777) == 0);
 	snprintf(d->sock, sizeof(d->sock), "%s/tensord.sock", d->dir);
@@ -1596,7 +1596,7 @@ static void fake_check(enum fake_kind kind)
 	pid_t pid;
 
 	snprintf(f.dir, sizeof(f.dir), "/tmp/td-fake-XXXXXX");
-	cr_assert(mkdtemp(f.dir));
+	cr_assert(tu_mkdtemp(f.dir));
 	snprintf(f.sock, sizeof(f.sock), "%s/s", f.dir);
 	pid = spawn(NULL, fake_child, &f);
 	/* listening once the name exists (bounded: a fake that failed

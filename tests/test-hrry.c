@@ -1783,7 +1783,7 @@ static int ctl_nodaemon(char **out, const char *a1, const char *a2)
 Test(hrry, tensorctl_inspect_json_is_exactly_the_issue_schema)
 {
 	char path[] = "/tmp/td-hrry-XXXXXX";
-	int fd = mkstemp(path);
+	int fd = tu_mkstemp(path);
 	size_t len;
 	uint8_t *f = basic_bytes(&len); /* == golden basic.hrry */
 	char *out;
@@ -1858,7 +1858,7 @@ Test(hrry, tensorctl_inspect_marks_unsupported_and_invalid_tensors)
 	uint8_t data[64] = {0};
 	const void *bufs[1] = {data};
 	char path[] = "/tmp/td-hrry-XXXXXX", *out;
-	int fd = mkstemp(path);
+	int fd = tu_mkstemp(path);
 	cr_assert_geq(fd, 0);
 	close(fd);
 	cr_assert_eq(hu_raw_init(&r, &s, NULL), 0);
@@ -1962,7 +1962,7 @@ Test(hrry, tensorctl_load_then_get_returns_the_exact_bytes)
 	float f6[6];
 	int64_t i1;
 	uint8_t u5[5];
-	int fd = mkstemp(path);
+	int fd = tu_mkstemp(path);
 	cr_assert_geq(fd, 0);
 	close(fd);
 	load_fixture(path, f6, &i1, u5);
@@ -2429,7 +2429,7 @@ static void u3_file(char *path, const char *const *names)
 	struct hu_sink s = {0};
 	struct hu_raw r;
 	struct td_hrry_desc desc;
-	int fd = mkstemp(path);
+	int fd = tu_mkstemp(path);
 
 	cr_assert_geq(fd, 0);
 	close(fd);
@@ -2583,7 +2583,7 @@ Test(hrry, tensorctl_load_is_all_or_nothing_unless_partial)
 	float f6[6];
 	int64_t i1;
 	uint8_t u5[5];
-	int fd = mkstemp(path);
+	int fd = tu_mkstemp(path);
 	cr_assert_geq(fd, 0);
 	close(fd);
 	load_fixture(path, f6, &i1, u5);
@@ -2673,7 +2673,7 @@ Test(hrry, zarr_export_keeps_long_kv_keys_whole)
 	struct json_object *root, *attrs, *hkv, *v;
 	struct hu_sink s;
 	size_t len;
-	int fd = mkstemp(path);
+	int fd = tu_mkstemp(path);
 
 	cr_assert_geq(fd, 0);
 	close(fd);

@@ -203,7 +203,7 @@ static void world_start_ex(struct world *w, const char *rules,
 		cr_skip_test("needs CAP_SETUID (root): the reader runs as "
 			     "another uid");
 	snprintf(w->policy, sizeof(w->policy), "/tmp/td-names-XXXXXX");
-	fd = mkstemp(w->policy);
+	fd = tu_mkstemp(w->policy);
 	cr_assert_geq(fd, 0);
 	cr_assert_eq(write(fd, rules, strlen(rules)), (ssize_t)strlen(rules));
 	close(fd);

@@ -84,7 +84,7 @@ static void rig_up(struct rig *r, const char *deadline, int backlog)
 	memset(r, 0, sizeof(*r));
 	r->fds0 = tu_fd_count();
 	snprintf(r->dir, sizeof(r->dir), "/tmp/td-lrec-XXXXXX");
-	cr_assert(mkdtemp(r->dir));
+	cr_assert(tu_mkdtemp(r->dir));
 	snprintf(r->link, sizeof(r->link), "%s/link.sock", r->dir);
 	snprintf(r->mute, sizeof(r->mute), "%s/mute.sock", r->dir);
 	tu_daemon_start(&r->d, "warn");

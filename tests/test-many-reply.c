@@ -230,7 +230,7 @@ static void bad_reply_run(enum bad bad, bool newer, int want,
 	pid_t pid;
 
 	snprintf(f.dir, sizeof(f.dir), "/tmp/td-many-XXXXXX");
-	cr_assert(mkdtemp(f.dir));
+	cr_assert(tu_mkdtemp(f.dir));
 	snprintf(f.sock, sizeof(f.sock), "%s/s", f.dir);
 	cr_assert_eq(pipe2(f.report, O_CLOEXEC), 0);
 	f.ls = tu_mute_listener(f.sock, 1);

@@ -1018,7 +1018,7 @@ static void liar_get(bool pre_features)
 	int lsock, st, fds0 = tu_fd_count();
 	pid_t pid;
 
-	cr_assert(mkdtemp(dir));
+	cr_assert(tu_mkdtemp(dir));
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/fake.sock", dir);
 	lsock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	cr_assert_geq(lsock, 0);
@@ -2247,6 +2247,7 @@ Test(recycle, a_rewrite_loan_of_another_name_is_its_lent_loan)
 	unsigned long long allocs;
 
 	snprintf(http, sizeof(http), "/tmp/td-rw-http-%d", (int)getpid());
+	tu_tmp_note(http);
 	snprintf(addr, sizeof(addr), "unix:%s", http);
 	tu_daemon_start_args(&d, "warn", args);
 	prod = rw_conn(&d, "pidfd");
@@ -3082,7 +3083,7 @@ static void http_daemon(struct tu_daemon *d, char *dir, char *http)
 	char arg[112];
 	const char *const args[] = {"--http", arg, NULL};
 
-	cr_assert_not_null(mkdtemp(dir));
+	cr_assert_not_null(tu_mkdtemp(dir));
 	snprintf(http, 96, "%s/http", dir);
 	snprintf(arg, sizeof(arg), "unix:%s", http);
 	tu_daemon_start_args(d, "warn", args);

@@ -53,7 +53,7 @@ struct snapdir {
 static void snapdir_make(struct snapdir *s)
 {
 	snprintf(s->dir, sizeof(s->dir), "/tmp/td-snap-XXXXXX");
-	cr_assert_not_null(mkdtemp(s->dir));
+	cr_assert_not_null(tu_mkdtemp(s->dir));
 	snprintf(s->file, sizeof(s->file), "%s/snap.hrry", s->dir);
 	snprintf(s->log, sizeof(s->log), "%s/log", s->dir);
 }

@@ -97,7 +97,7 @@ struct daemon {
 static void mkdir_tmp(struct daemon *d)
 {
 	snprintf(d->dir, sizeof(d->dir), "/tmp/td-sd-XXXXXX");
-	cr_assert_not_null(mkdtemp(d->dir));
+	cr_assert_not_null(tu_mkdtemp(d->dir));
 	snprintf(d->sock, sizeof(d->sock), "%s/td.sock", d->dir);
 	snprintf(d->notify, sizeof(d->notify), "%s/notify", d->dir);
 	snprintf(d->err, sizeof(d->err), "%s/stderr", d->dir);
@@ -1566,7 +1566,7 @@ struct snapshot_dir {
 static void snapshot_dir_make(struct snapshot_dir *sd)
 {
 	snprintf(sd->dir, sizeof(sd->dir), "/tmp/td-sd-snap-XXXXXX");
-	cr_assert_not_null(mkdtemp(sd->dir));
+	cr_assert_not_null(tu_mkdtemp(sd->dir));
 	snprintf(sd->file, sizeof(sd->file), "%s/snap.hrry", sd->dir);
 	snap_file = sd->file;
 }
@@ -2811,7 +2811,7 @@ static int run_sh(char **out, const char *fmt, ...)
 {
 	char cmd[4096], path[] = "/tmp/td-sd-out-XXXXXX";
 	va_list ap;
-	int fd = mkstemp(path), rc;
+	int fd = tu_mkstemp(path), rc;
 
 	cr_assert_geq(fd, 0);
 	close(fd);

@@ -3630,7 +3630,7 @@ Test(tensorctl, readme_trying_it_runs_as_written)
 		cr_skip_test("no mount namespace (unshare/mount: %s): README "
 			     "walk-through not run",
 			     strerror(-rc));
-	cr_assert(mkdtemp(dir));
+	cr_assert(tu_mkdtemp(dir));
 	snprintf(cmd, sizeof(cmd),
 		 "set -e; cd %s; mkdir -p scripts build/tools tests; "
 		 "printf '#!/bin/sh\\nexec \"%s\" \"$@\" --log-level error "

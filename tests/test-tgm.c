@@ -1770,7 +1770,7 @@ Test(tgm, tensorctl_inspect_sniffs_tgm_after_leading_junk)
 	cr_assert_not_null(bin, "TD_TENSORCTL is not set");
 	mb_put(&m, "\x01\x02\x03", 3);
 	mb_streaming(&m, 1, true, true, false);
-	fd = mkstemp(path);
+	fd = tu_mkstemp(path);
 	cr_assert_geq(fd, 0);
 	cr_assert_eq(write(fd, m.b, m.len), (ssize_t)m.len);
 	close(fd);
@@ -1800,7 +1800,7 @@ Test(tgm, tensorctl_inspect_lists_a_cut_last_message)
 	mb_streaming(&m, 1, true, true, false);
 	one = m.len;
 	mb_put(&m, m.b, one - 30); /* the same message, cut */
-	fd = mkstemp(path);
+	fd = tu_mkstemp(path);
 	cr_assert_geq(fd, 0);
 	cr_assert_eq(write(fd, m.b, m.len), (ssize_t)m.len);
 	close(fd);
@@ -1828,7 +1828,7 @@ static int inspect_meta(const uint8_t *body, size_t n, int json, char **out)
 	mb_preamble(&m, 0x0001, 0);
 	mb_frame(&m, 1, 0, body, n, 0);
 	mb_postamble(&m, m.len - m.start, true);
-	fd = mkstemp(path);
+	fd = tu_mkstemp(path);
 	cr_assert_geq(fd, 0);
 	cr_assert_eq(write(fd, m.b, m.len), (ssize_t)m.len);
 	close(fd);
@@ -1913,7 +1913,7 @@ Test(tgm, tensorctl_inspect_table_escapes_descriptor_words)
 	mb_frame(&m, 1, 0, &empty_map, 1, 0);
 	mb_frame(&m, 9, 1 /* CBOR after the data */, body, 4 + c.len, 16 + 4);
 	mb_postamble(&m, m.len - m.start, true);
-	fd = mkstemp(path);
+	fd = tu_mkstemp(path);
 	cr_assert_geq(fd, 0);
 	cr_assert_eq(write(fd, m.b, m.len), (ssize_t)m.len);
 	close(fd);

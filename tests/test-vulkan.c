@@ -125,7 +125,7 @@ Test(vulkan, a_consumer_given_a_dmabuf_plane_says_it_does_not_import_it)
 			"test)");
 	daemon_up(&d);
 	char path[] = "/tmp/td-vk-zeros-XXXXXX";
-	int fd = mkstemp(path);
+	int fd = tu_mkstemp(path);
 	cr_assert_geq(fd, 0);
 	cr_assert_eq(ftruncate(fd, 4096), 0);
 	close(fd);

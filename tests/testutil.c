@@ -3,9 +3,11 @@
 #include "malloc-count.h"
 
 #include <criterion/criterion.h>
+#include <criterion/hooks.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +29,171 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+/*
+ * Temporary files (testutil.h): the runner's list of what its tests
+ * noted, one line "suite/test<TAB>path" each, at a path of its own pid,
+ * passed to the workers it forks through the environment (a test's own
+ * children note into it too).
+ */
+#define TU_TMP_ENV "TU_TMP_LIST"
+#define TU_TMP_PREFIX "/tmp/td-"
+
+static char tmp_list[64]; /* the runner's: set by its PRE_ALL hook */
+
+ReportHook(PRE_ALL)(struct criterion_test_set *set)
+{
+	(void)set;
+	snprintf(tmp_list, sizeof(tmp_list), "/tmp/td-tmplist-%d",
+		 (int)getpid());
+	setenv(TU_TMP_ENV, tmp_list, 1);
+}
+
+void tu_tmp_note(const char *path)
+{
+	const char *list = getenv(TU_TMP_ENV);
+	const struct criterion_test *t = criterion_current_test;
+	char line[512];
+	int fd, n;
+
+	if (!list || !t || !path ||
+	    strncmp(path, TU_TMP_PREFIX, strlen(TU_TMP_PREFIX)) ||
+	    strchr(path, '\n'))
+		return;
+	n = snprintf(line, sizeof(line), "%s/%s\t%s\n", t->category, t->name,
+		     path);
+	if (n <= 0 || (size_t)n >= sizeof(line))
+		return;
+	/* one write of the whole line with O_APPEND: the runner never reads
+	 * half of one, and parallel workers never interleave theirs */
+	fd = open(list, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return;
+	(void)!write(fd, line, (size_t)n);
+	close(fd);
+}
+
+char *tu_mkdtemp(char *tmpl)
+{
+	char *d = mkdtemp(tmpl);
+
+	if (d)
+		tu_tmp_note(d);
+	return d;
+}
+
+int tu_mkstemp(char *tmpl)
+{
+	int fd = mkstemp(tmpl);
+
+	if (fd >= 0)
+		tu_tmp_note(tmpl);
+	return fd;
+}
+
+static int tmp_remove(const char *p, const struct stat *sb, int flag,
+		      struct FTW *f)
+{
+	(void)sb;
+	(void)flag;
+	(void)f;
+	(void)remove(p);
+	return 0;
+}
+
+/* Whether a file system is mounted at or under path (/proc/self/mounts:
+ * a walk into one could hang on a FUSE server that stalls on purpose,
+ * test-stall.c's, and what is there is not the test's anyway). */
+static bool tmp_mounted_under(const char *path)
+{
+	FILE *f = fopen("/proc/self/mounts", "re");
+	char line[4096], at[4096];
+	size_t n = strlen(path);
+	bool under = false;
+
+	if (!f)
+		return true;
+	while (!under && fgets(line, sizeof(line), f))
+		under = sscanf(line, "%*s %4095s", at) == 1 &&
+			!strncmp(at, path, n) && (at[n] == '/' || !at[n]);
+	fclose(f);
+	return under;
+}
+
+/* "suite/test\n" of each test that failed in this runner, one after
+ * another (a parameterized test's cases share theirs) */
+static char *tmp_failed;
+static size_t tmp_failed_len;
+
+static bool tmp_key_failed(const char *key, size_t k)
+{
+	for (size_t o = 0; o < tmp_failed_len;) {
+		const char *nl = memchr(tmp_failed + o, '\n',
+					tmp_failed_len - o);
+		size_t l = (size_t)(nl - (tmp_failed + o));
+
+		if (l == k && !memcmp(tmp_failed + o, key, k))
+			return true;
+		o += l + 1;
+	}
+	return false;
+}
+
+/* In the runner: a test that failed keeps what it noted. */
+ReportHook(POST_TEST)(struct criterion_test_stats *st)
+{
+	char key[320];
+	int n;
+	char *b;
+
+	if (st->test_status != CR_STATUS_FAILED)
+		return;
+	n = snprintf(key, sizeof(key), "%s/%s\n", st->test->category,
+		     st->test->name);
+	if (n <= 0 || (size_t)n >= sizeof(key))
+		return;
+	b = realloc(tmp_failed, tmp_failed_len + (size_t)n);
+	if (!b)
+		return;
+	memcpy(b + tmp_failed_len, key, (size_t)n);
+	tmp_failed = b;
+	tmp_failed_len += (size_t)n;
+}
+
+/*
+ * In the runner, once every test ended (none is still using its files:
+ * the cases of a parameterized test share a name, so a test's own end
+ * cannot tell whether another case of it still runs): what the tests
+ * that did not fail noted goes, folders with what is in them.
+ */
+ReportHook(POST_ALL)(struct criterion_global_stats *st)
+{
+	char line[512];
+	FILE *f;
+
+	(void)st;
+	if (!tmp_list[0])
+		return;
+	f = fopen(tmp_list, "re");
+	while (f && fgets(line, sizeof(line), f)) {
+		char *tab = strchr(line, '\t'), *path = tab ? tab + 1 : NULL;
+
+		line[strcspn(line, "\n")] = '\0';
+		if (!path || tmp_key_failed(line, (size_t)(tab - line)) ||
+		    strncmp(path, TU_TMP_PREFIX, strlen(TU_TMP_PREFIX)) ||
+		    tmp_mounted_under(path))
+			continue;
+		/* depth first, no symlink followed, no other file system */
+		(void)nftw(path, tmp_remove, 16,
+			   FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+	}
+	if (f)
+		fclose(f);
+	unlink(tmp_list);
+	free(tmp_failed);
+	tmp_failed = NULL;
+	tmp_failed_len = 0;
+}
 
 uint8_t *tu_try_read_file(const char *path, size_t *len)
 {
@@ -156,7 +323,7 @@ static int fd_entries(const char *path)
 volatile struct td_malloc_counts *tu_counts_map(char *path)
 {
 	void *p;
-	int fd = mkstemp(path);
+	int fd = tu_mkstemp(path);
 
 	cr_assert_geq(fd, 0, "mkstemp %s", path);
 	cr_assert_eq(ftruncate(fd, 4096), 0);
@@ -582,7 +749,7 @@ void tu_daemon_start_log(struct tu_daemon *d, const char *log_level,
 	d->maps0 = tu_map_count();
 	d->bufmaps0 = tu_buf_map_count();
 	snprintf(d->dir, sizeof(d->dir), "/tmp/td-test-XXXXXX");
-	cr_assert(mkdtemp(d->dir));
+	cr_assert(tu_mkdtemp(d->dir));
 	snprintf(d->sock, sizeof(d->sock), "%s/tensord.sock", d->dir);
 	for (; extra && *extra; extra++) {
 		cr_assert(argc < sizeof(argv) / sizeof(argv[0]) - 1);

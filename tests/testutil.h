@@ -49,6 +49,19 @@ bool tu_metrics_has(const char *path, const char *text);
  * thread is gone. */
 long tu_task_field(pid_t tid, const char *key);
 
+/*
+ * A test's files under /tmp (docs/testing.md, "Temporary files"):
+ * tu_mkdtemp() and tu_mkstemp() make one as mkdtemp()/mkstemp() do and
+ * tu_tmp_note() notes one made otherwise (a path under /tmp/td-; others
+ * are not noted). Once all its tests ended, the test binary's runner
+ * removes what each test that did not fail noted, folders with what is
+ * in them (not one with a file system mounted in it); a failed test's
+ * stay for the post-mortem (a daemon's log, a snapshot).
+ */
+char *tu_mkdtemp(char *tmpl);
+int tu_mkstemp(char *tmpl);
+void tu_tmp_note(const char *path);
+
 /* Number of open fds in this process (/proc/self/fd). */
 /*
  * From now on, in this process and the children it makes, syscall nr

@@ -28,7 +28,7 @@ static char zt_sock[128];
 static inline void zt_setup(const struct tu_daemon *d)
 {
 	snprintf(zt_dir, sizeof(zt_dir), "/tmp/td-zarr-XXXXXX");
-	cr_assert(mkdtemp(zt_dir));
+	cr_assert(tu_mkdtemp(zt_dir));
 	snprintf(zt_sock, sizeof(zt_sock), "%s", d ? d->sock : "");
 }
 
