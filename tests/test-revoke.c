@@ -1123,13 +1123,34 @@ static ino_t daemon_fd_ino(int n)
 }
 
 /*
+ * The fds root holds, as an ALLOC of one plane on c refused for root's
+ * fds limit (which must be below them) says: "... N descriptors ...".
+ */
+static unsigned long long root_fds_held(struct td_client *c)
+{
+	uint64_t size = 64;
+	struct td_alloc *a = NULL;
+	struct td_error e = {0};
+	unsigned long long n;
+	const char *at;
+
+	cr_assert_eq(td_client_alloc(c, 1, &size, &a, &e), -EDQUOT,
+		     "an ALLOC past root's fds limit: %s", e.reason);
+	at = strstr(e.reason, "fds limit: ");
+	cr_assert(at && sscanf(at, "fds limit: %llu descriptors", &n) == 1,
+		  "no count in \"%s\"", e.reason);
+	return n;
+}
+
+/*
  * On the pidfd path a FOLLOW reply names the bell's and the row's fds by
  * their numbers in the daemon, which the client pulls (pidfd_getfd) once
  * it reads the reply. A reload that ended the follow before that pull
  * closed both, and by the pull the numbers named other files: another
  * name's bell, and no row or another follower's (found by a probe). The
  * two now stay open, the numbers theirs, until the connection's next
- * request, and a pull finds the ended follow's own row saying why.
+ * request, and a pull finds the ended follow's own row saying why. The
+ * row's fd counts in root's fds until it closes.
  */
 Test(revoke, an_ended_follows_fds_stay_until_its_follower_could_pull_them)
 {
@@ -1144,6 +1165,7 @@ Test(revoke, an_ended_follows_fds_stay_until_its_follower_could_pull_them)
 	struct rawrep r;
 	struct stat st;
 	ino_t ino[TD_WIRE_FOLLOW_FDS];
+	unsigned long long held;
 	int sock, pidfd, fd;
 
 	if (geteuid() != 0)
@@ -1186,7 +1208,11 @@ Test(revoke, an_ended_follows_fds_stay_until_its_follower_could_pull_them)
 		}
 		close(fd);
 	}
-	/* its next request: they close */
+	/* meanwhile the row's fd counts in root's fds: a limit below what
+	 * root holds makes every ALLOC say how many */
+	reload(c, TAKE "limit uid=0 fds 1\n");
+	held = root_fds_held(g);
+	/* its next request: they close, and root holds one fd fewer */
 	cq.id = rep.id;
 	cr_assert_eq(raw_call(sock, TD_OP_FOLLOW_CLOSE, 3,
 			      td_wire_ring_close_req_encode(&cq, RAW_BODY,
@@ -1197,6 +1223,9 @@ Test(revoke, an_ended_follows_fds_stay_until_its_follower_could_pull_them)
 		cr_assert_neq(daemon_fd_ino(rep.fds[i].fd), ino[i],
 			      "fd %d still open after a request",
 			      rep.fds[i].fd);
+	cr_assert_eq(root_fds_held(g), held - 1,
+		     "root held %llu fds with the ended row lingering, %llu "
+		     "after", held, root_fds_held(g));
 	close(pidfd);
 	close(sock);
 	nobody_stop(&n);
