@@ -382,8 +382,13 @@ struct td__peer {
 	 * followed name's rows */
 	unsigned follow_holds;
 	uint64_t follow_held_bytes;
-	/* ended follows whose fds stay open for its pull (follow-linger.c) */
+	/* ended follows and trigger pages whose fds stay open for its pull
+	 * (follow-linger.c) */
 	unsigned lingering;
+	/* the trigger page (its serial) whose fd its last STAGE_PAGE reply
+	 * named by number, and `requests` then: until its next request it
+	 * may still pull it (td__trig_linger) */
+	uint64_t page_serial, page_mark;
 	struct td__list freebufs; /* its recyclable buffers, oldest first */
 	unsigned n_freebufs;
 	/* the alloc the last PUBLISH with TD_WIRE_PUB_LOAN lent, 0 none */
@@ -457,6 +462,14 @@ struct td__trig {
 };
 struct td__trig *td__peer_trig(struct td__peer *p);
 void td__peer_trig_free(struct td__peer *p);
+/*
+ * follow-linger.c: t is about to be freed; its fds stay open (t->rw,
+ * t->ro taken: -1) while a connection alive may still pull them (its
+ * last STAGE_PAGE reply named them by number, no request since), counted
+ * in t->uid's fds (charge of them) until the last one's next request or
+ * end. false: nobody may (the fds are still t's).
+ */
+bool td__trig_linger(struct td__trig *t, unsigned charge);
 /*
  * The word of p's trigger page for a new stage: want (the name's own,
  * or 0) when no stage of p has it, else with any the first free word
@@ -732,8 +745,9 @@ void td__follow_peer_gone(struct td__peer *p);
 /* After a policy reload: end the follows of names it took read of from
  * a uid their bell was shown to (follow.c, bell_end). */
 void td__follow_policy_changed(void);
-/* p sent a request since, or is gone: the fds its ended follows kept
- * open for its pull close (follow-linger.c; p->lingering of them). */
+/* p sent a request since, or is gone: the fds its ended follows and
+ * freed trigger pages kept open for its pull close (follow-linger.c;
+ * p->lingering of them). */
 void td__follow_linger_end(struct td__peer *p);
 /* p's follow holds of versions no longer current (each a lease, as
  * hold_take counts it): how many into *n, their bytes into *bytes. */

@@ -731,6 +731,9 @@ void td__stage_page(struct td__peer *p, const struct td__req *rq)
 	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
 		      len < 0 ? 0 : (size_t)len, &fd,
 		      (m.flags & TD_WIRE_REQ_SCM) ? 1 : 0);
+	/* by number: p pulls it before its next request (td__trig_linger) */
+	p->page_serial = (m.flags & TD_WIRE_REQ_SCM) ? 0 : t->serial;
+	p->page_mark = p->requests;
 }
 
 /* ---- bells and rows ---- */

@@ -27,7 +27,8 @@ struct td__trig_names {
 	char name[TD_FOLLOW_TRIG_SLOTS][TD_WIRE_MAX_NAME];
 };
 
-/* p's trigger page goes with p (its stages settled already). */
+/* p's trigger page goes with p, or is renewed (its stages settled
+ * already); its fds linger while a client may still pull them. */
 void td__peer_trig_free(struct td__peer *p)
 {
 	struct td__trig *t = p->trig;
@@ -37,9 +38,14 @@ void td__peer_trig_free(struct td__peer *p)
 	munmap(t->map, TD_FOLLOW_TRIG_LEN);
 	td__shown_fini(&t->shown);
 	free(t->names);
-	close(t->rw);
-	close(t->ro);
-	td__tenant_sub(t->uid, TD__LIM_FDS, TRIG_FDS);
+	/* a STAGE_PAGE reply may have named them by number to a client
+	 * that has not pulled them yet: by the pull the numbers could name
+	 * other files (a new page's, a plane), mapped as this page */
+	if (!td__trig_linger(t, TRIG_FDS)) {
+		close(t->rw);
+		close(t->ro);
+		td__tenant_sub(t->uid, TD__LIM_FDS, TRIG_FDS);
+	}
 	free(t);
 	p->trig = NULL;
 }

@@ -1234,3 +1234,131 @@ Test(revoke, an_ended_follows_fds_stay_until_its_follower_could_pull_them)
 	td_client_close(c);
 	stop();
 }
+
+/* On sock (root's, pidfd path): STAGE_PAGE of CAM by number. The
+ * number its reply names, whose inode in the daemon is *ino. */
+static int page_number(int sock, ino_t *ino)
+{
+	struct td_wire_ring_sub_req q = {.name = {CAM, sizeof(CAM) - 1}};
+	struct td_wire_follow_rep rep;
+	struct rawrep r;
+
+	cr_assert_eq(raw_call(sock, TD_OP_STAGE_PAGE, 4,
+			      td_wire_ring_sub_req_encode(&q, RAW_BODY,
+							  RAW_CAP),
+			      &r),
+		     0);
+	cr_assert_eq(r.nfds, 0, "a number, not an fd");
+	cr_assert_eq(td_wire_follow_rep_decode(RAW_BODY, r.h.body_len, &rep,
+					       NULL),
+		     0);
+	*ino = daemon_fd_ino(rep.fds[0].fd);
+	cr_assert_neq(*ino, 0);
+	return rep.fds[0].fd;
+}
+
+/* The clients connected now, as c's STATUS says. */
+static uint32_t clients_now(struct td_client *c)
+{
+	struct td_status *st = NULL;
+	uint32_t n;
+
+	cr_assert_eq(td_client_status(c, &st, NULL), 0);
+	n = st->clients_total;
+	td_status_free(st);
+	return n;
+}
+
+/* The daemon's fd n pulled through pidfd is the file of inode ino. */
+static void pulls_the_page(int pidfd, int n, ino_t ino, const char *when)
+{
+	struct stat st;
+	int fd = (int)syscall(SYS_pidfd_getfd, pidfd, n, 0);
+
+	cr_assert_geq(fd, 0, "the page's fd %d %s: %s", n, when,
+		      strerror(errno));
+	cr_assert_eq(fstat(fd, &st), 0);
+	cr_assert_eq(st.st_ino, ino, "the page's fd %d names another file %s",
+		     n, when);
+	close(fd);
+}
+
+/*
+ * A STAGE_PAGE reply names the page's fd by number on the pidfd path,
+ * which the client pulls once it reads the reply. A renewal of the page
+ * (a follower who may not read a name its words named asked for it) or
+ * its producer's end closed the fd before that pull, and by the pull the
+ * number named another file: the renewed page's, or anything the daemon
+ * opened since. It now stays open, the number its own, until the
+ * connection's next request, after either.
+ */
+Test(revoke, a_pages_fd_stays_until_its_stage_page_client_could_pull_it)
+{
+	struct td_wire_ring_sub_req q = {.name = {CAM, sizeof(CAM) - 1}};
+	struct td_client *c, *g, *prod;
+	struct td_follow *sf = NULL;
+	struct td_error e = {0};
+	struct nobody n;
+	struct rawrep r;
+	struct result res;
+	ino_t ino, ino2;
+	uint64_t v;
+	uint32_t clients;
+	int sock, pidfd, num, num2, i;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to act as another uid");
+	c = cam_followed_by_nobody(&n, NULL);
+	g = root_conn();
+	/* made after nobody's child, which would keep c's socket open */
+	prod = root_conn();
+	cr_assert_eq(td_client_follow(g, SECRET, &sf, &e), 0, "%s", e.reason);
+	/* CAM's bell names prod's page; SECRET is staged on it too */
+	for (i = 0; i < 2; i++) {
+		v = cam_put(prod);
+		cr_assert_eq(nobody_do(&n, 'T').version, v);
+	}
+	for (i = 0; i < 4; i++) {
+		v = name_fill(prod, SECRET, 0x61);
+		cr_assert_eq(follow_take(sf, &e), (int64_t)v, "%s", e.reason);
+	}
+	sock = raw_pidfd_conn(&pidfd);
+	cr_assert_eq(raw_call(sock, TD_OP_FOLLOW, 2,
+			      td_wire_ring_sub_req_encode(&q, RAW_BODY,
+							  RAW_CAP),
+			      &r),
+		     0);
+	num = page_number(sock, &ino);
+	/* before the pull: nobody, who may not read SECRET now, renews it */
+	reload(c, CAM_ONLY);
+	res = nobody_do(&n, 'P');
+	cr_assert_eq(res.rc, 0, "STAGE_PAGE: %d %s", res.rc, res.reason);
+	pulls_the_page(pidfd, num, ino, "after a renewal");
+	/* the renewed page's, before the pull: its producer goes (STATUS
+	 * counts one client fewer); the request closed the old one */
+	num2 = page_number(sock, &ino2);
+	cr_assert_neq(daemon_fd_ino(num), ino, "fd %d still open after a "
+		      "request", num);
+	clients = clients_now(g);
+	td_client_close(prod);
+	for (i = 0; clients_now(g) != clients - 1; i++) {
+		cr_assert_lt(i, 5000, "the producer's end never seen");
+		usleep(1000);
+	}
+	pulls_the_page(pidfd, num2, ino2, "after its producer's end");
+	/* its next request: it closes */
+	cr_assert_eq(raw_call(sock, TD_OP_STAGE_PAGE, 5,
+			      td_wire_ring_sub_req_encode(&q, RAW_BODY,
+							  RAW_CAP),
+			      &r),
+		     -ENOENT);
+	cr_assert_neq(daemon_fd_ino(num2), ino2,
+		      "fd %d still open after a request", num2);
+	close(pidfd);
+	close(sock);
+	nobody_stop(&n);
+	td_follow_close(sf);
+	td_client_close(g);
+	td_client_close(c);
+	stop();
+}
