@@ -579,3 +579,65 @@ Test(ctl_messages, a_socket_that_never_answers_is_a_named_refusal)
 	close(ls);
 	unlink(d.sock);
 }
+
+/* `tensorctl ARGS` fails with status 1 saying shown (one line). */
+static void expect_refusal(const struct tu_daemon *d, const char *shown,
+			   const char *const *args)
+{
+	char *out;
+	int rc = tu_tensorctl(d, &out, args[0], args[1], args[2], args[3],
+			      args[4], args[5], args[6], args[7], NULL);
+
+	cr_expect_eq(rc, 1, "%s: status %d: %s", args[0], rc, out);
+	cr_expect(strstr(out, shown), "%s: '%s' not in: %s", args[0], shown,
+		  out);
+	cr_expect_eq(lines(out), 1, "%s", out);
+	free(out);
+}
+
+#define REFUSED(d, shown, ...)                                                 \
+	expect_refusal(d, shown, (const char *const[]){__VA_ARGS__, NULL,      \
+						       NULL, NULL, NULL, NULL, \
+						       NULL, NULL, NULL})
+
+/*
+ * The daemon's own socket typed where a file goes (a user mixing up the
+ * --socket PATH with FILE, or -o): reading it said only "No such device
+ * or address" (open(2)'s ENXIO of a socket), writing it only "connect:
+ * Protocol wrong type for socket" (-o connects as a stream, the daemon
+ * listens SOCK_SEQPACKET). Each now says what the path is.
+ */
+Test(ctl_messages, a_socket_given_as_a_file_is_said_to_be_one)
+{
+	static const char read_hint[] = "No such device or address (a "
+					"socket, which is no file to read";
+	static const char write_hint[] = "Protocol wrong type for socket (a "
+					 "datagram or SOCK_SEQPACKET socket";
+	struct tu_daemon d;
+	char six[160], zdir[160], *out;
+
+	tu_daemon_start(&d, "error");
+	snprintf(six, sizeof(six), "%s/six.bin", d.dir);
+	snprintf(zdir, sizeof(zdir), "%s/z", d.dir);
+	write_file(six, "abcdef", 6);
+	cr_assert_eq(tu_tensorctl(&d, &out, "put", "t", "--dtype", "u8",
+				  "--shape", "6", six, NULL),
+		     0, "%s", out);
+	free(out);
+	REFUSED(&d, read_hint, "put", "x", "--dtype", "u8", "--shape", "6",
+		d.sock);
+	REFUSED(&d, read_hint, "put", "x", "--format", "npy", d.sock);
+	REFUSED(&d, read_hint, "inspect", d.sock);
+	REFUSED(&d, read_hint, "load", d.sock);
+	REFUSED(&d, read_hint, "load", d.sock, "--format", "hrry");
+	REFUSED(&d, read_hint, "zarr", "export", zdir, "--from", d.sock);
+	REFUSED(&d, write_hint, "get", "t", "-o", d.sock);
+	REFUSED(&d, write_hint, "save", "-o", d.sock, "t");
+	/* nothing was made, and the daemon still serves its socket */
+	cr_expect_eq(access(zdir, F_OK), -1);
+	cr_expect_eq(tu_tensorctl(&d, &out, "stat", "t", NULL), 0, "%s",
+		     out);
+	free(out);
+	unlink(six);
+	tu_daemon_stop(&d, false);
+}

@@ -23,6 +23,21 @@ static int fail(const struct tctl_in *in, int err)
 			 strerror(err));
 }
 
+int tctl_in_open_failed(const char *path, int err)
+{
+	struct stat st;
+
+	/* open(2) of a socket (a tensord's --socket given as FILE) is
+	 * ENXIO, which said only "No such device or address" */
+	if (err == ENXIO && stat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+		return tctl_fail(TCTL_REFUSED, "io", ENXIO,
+				 "%s: %s (a socket, which is no file to read: "
+				 "give its bytes on stdin, -)",
+				 path, strerror(ENXIO));
+	return tctl_fail(TCTL_REFUSED, "io", err, "%s: %s", path,
+			 strerror(err));
+}
+
 int tctl_in_open(struct tctl_in *in, const char *path)
 {
 	struct stat st;
@@ -37,7 +52,7 @@ int tctl_in_open(struct tctl_in *in, const char *path)
 	in->fd = strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY)
 				   : STDIN_FILENO;
 	if (in->fd < 0)
-		return fail(in, errno);
+		return tctl_in_open_failed(in->path, errno);
 	if (fstat(in->fd, &st) < 0) {
 		int err = errno;
 

@@ -30,6 +30,8 @@ int tctl_in_open(struct tctl_in *in, const char *path);
 /* Read until EOF or cap bytes into buf; *got. TCTL_OK or reported. */
 int tctl_in_read(struct tctl_in *in, void *buf, uint64_t cap, uint64_t *got);
 void tctl_in_close(struct tctl_in *in);
+/* Report open(path) failing with err (a socket is said to be one). */
+int tctl_in_open_failed(const char *path, int err);
 
 /*
  * All of an open input into a malloc'ed *buf, up to max bytes (more is
