@@ -579,3 +579,167 @@ Test(ctl_messages, a_socket_that_never_answers_is_a_named_refusal)
 	close(ls);
 	unlink(d.sock);
 }
+
+/* `tensorctl ARGS` fails with status 1 saying shown (one line). */
+static void expect_refusal(const struct tu_daemon *d, const char *shown,
+			   const char *const *args)
+{
+	char *out;
+	int rc = tu_tensorctl(d, &out, args[0], args[1], args[2], args[3],
+			      args[4], args[5], args[6], args[7], NULL);
+
+	cr_expect_eq(rc, 1, "%s: status %d: %s", args[0], rc, out);
+	cr_expect(strstr(out, shown), "%s: '%s' not in: %s", args[0], shown,
+		  out);
+	cr_expect_eq(lines(out), 1, "%s", out);
+	free(out);
+}
+
+#define REFUSED(d, shown, ...)                                                 \
+	expect_refusal(d, shown, (const char *const[]){__VA_ARGS__, NULL,      \
+						       NULL, NULL, NULL, NULL, \
+						       NULL, NULL, NULL})
+
+/*
+ * The daemon's own socket typed where a file goes (a user mixing up the
+ * --socket PATH with FILE, or -o): reading it said only "No such device
+ * or address" (open(2)'s ENXIO of a socket), writing it only "connect:
+ * Protocol wrong type for socket" (-o connects as a stream, the daemon
+ * listens SOCK_SEQPACKET). Each now says what the path is.
+ */
+Test(ctl_messages, a_socket_given_as_a_file_is_said_to_be_one)
+{
+	static const char read_hint[] = "No such device or address (a "
+					"socket, which is no file to read";
+	static const char write_hint[] = "Protocol wrong type for socket (a "
+					 "datagram or SOCK_SEQPACKET socket";
+	struct tu_daemon d;
+	char six[160], zdir[160], *out;
+
+	tu_daemon_start(&d, "error");
+	snprintf(six, sizeof(six), "%s/six.bin", d.dir);
+	snprintf(zdir, sizeof(zdir), "%s/z", d.dir);
+	write_file(six, "abcdef", 6);
+	cr_assert_eq(tu_tensorctl(&d, &out, "put", "t", "--dtype", "u8",
+				  "--shape", "6", six, NULL),
+		     0, "%s", out);
+	free(out);
+	REFUSED(&d, read_hint, "put", "x", "--dtype", "u8", "--shape", "6",
+		d.sock);
+	REFUSED(&d, read_hint, "put", "x", "--format", "npy", d.sock);
+	REFUSED(&d, read_hint, "inspect", d.sock);
+	REFUSED(&d, read_hint, "load", d.sock);
+	REFUSED(&d, read_hint, "load", d.sock, "--format", "hrry");
+	REFUSED(&d, read_hint, "zarr", "export", zdir, "--from", d.sock);
+	REFUSED(&d, write_hint, "get", "t", "-o", d.sock);
+	REFUSED(&d, write_hint, "save", "-o", d.sock, "t");
+	/* nothing was made, and the daemon still serves its socket */
+	cr_expect_eq(access(zdir, F_OK), -1);
+	cr_expect_eq(tu_tensorctl(&d, &out, "stat", "t", NULL), 0, "%s",
+		     out);
+	free(out);
+	unlink(six);
+	tu_daemon_stop(&d, false);
+}
+
+/* `tensorctl put x FILE` without --dtype and --shape: status 2 saying
+ * shown (the hint, after the usage error). */
+static void expect_put_usage(const struct tu_daemon *d, const char *file,
+			     const char *shown)
+{
+	char *out;
+	int rc = tu_tensorctl(d, &out, "put", "x", file, NULL);
+
+	cr_expect_eq(rc, 2, "put %s: status %d: %s", file, rc, out);
+	cr_expect(strstr(out, "--dtype and --shape are required"), "%s", out);
+	cr_expect(strstr(out, shown), "put %s: '%s' not in: %s", file, shown,
+		  out);
+	free(out);
+}
+
+/*
+ * A file handed to the command of another format: `zarr import run.tgm`
+ * said only "Not a directory", `load out.zarr` and `inspect out.zarr`
+ * only "Is a directory", `put x run.tgm` only that --dtype and --shape
+ * are required, `zarr export D --from a.npy` only "no complete .tgm
+ * message found" (where `load a.npy` named put). Each now names the
+ * command that takes it; a file of no known kind is said as before.
+ */
+Test(ctl_messages, a_file_of_another_commands_kind_names_that_command)
+{
+	static const char tgm_hint[] = "a .tgm file: tensorctl load FILE";
+	static const char hrry_hint[] = "a Hurray file: tensorctl load FILE";
+	static const char npy_hint[] = "a NumPy .npy file: tensorctl put "
+				       "NAME FILE";
+	static const char zarr_hint[] = "a Zarr folder: tensorctl zarr "
+					"import DIR";
+	struct tu_daemon d;
+	char six[160], tgm[160], hrry[160], npy[160], npyraw[160], zarr[160];
+	char z2[160], *out;
+	/* np.save of np.arange(2, dtype=np.uint8) (numpy 1.24): version
+	 * 1.0, a header of 118 bytes padded with spaces, then 0 and 1 */
+	static const char dict[] = "{'descr': '|u1', 'fortran_order': "
+				   "False, 'shape': (2,), }";
+	char npyb[130];
+
+	memcpy(npyb, "\x93NUMPY\x01\x00\x76\x00", 10);
+	memset(npyb + 10, ' ', 118);
+	memcpy(npyb + 10, dict, strlen(dict));
+	npyb[127] = '\n';
+	npyb[128] = 0;
+	npyb[129] = 1;
+	tu_daemon_start(&d, "error");
+	snprintf(six, sizeof(six), "%s/six.bin", d.dir);
+	snprintf(tgm, sizeof(tgm), "%s/run.tgm", d.dir);
+	snprintf(hrry, sizeof(hrry), "%s/run.hrry", d.dir);
+	snprintf(npy, sizeof(npy), "%s/a.npy", d.dir);
+	snprintf(npyraw, sizeof(npyraw), "%s/a.bin", d.dir);
+	snprintf(zarr, sizeof(zarr), "%s/out.zarr", d.dir);
+	snprintf(z2, sizeof(z2), "%s/z2", d.dir);
+	write_file(six, "abcdef", 6);
+	write_file(npy, npyb, sizeof(npyb));
+	write_file(npyraw, npyb, sizeof(npyb));
+	cr_assert_eq(tu_tensorctl(&d, &out, "put", "t", "--dtype", "u8",
+				  "--shape", "6", six, NULL),
+		     0, "%s", out);
+	free(out);
+	cr_assert_eq(tu_tensorctl(&d, &out, "put", "n", npy, NULL), 0, "%s",
+		     out);
+	free(out);
+	cr_assert_eq(tu_tensorctl(&d, &out, "save", "-o", tgm, "t", NULL), 0,
+		     "%s", out);
+	free(out);
+	cr_assert_eq(tu_tensorctl(&d, &out, "save", "-o", hrry, "t", NULL), 0,
+		     "%s", out);
+	free(out);
+	cr_assert_eq(tu_tensorctl(&d, &out, "zarr", "export", zarr, "t",
+				  NULL),
+		     0, "%s", out);
+	free(out);
+	REFUSED(&d, "Not a directory (a .tgm file: tensorctl load FILE",
+		"zarr", "import", tgm);
+	REFUSED(&d, hrry_hint, "zarr", "import", hrry);
+	REFUSED(&d, npy_hint, "zarr", "import", npy);
+	REFUSED(&d, "Is a directory (a Zarr folder: tensorctl zarr import",
+		"load", zarr);
+	REFUSED(&d, zarr_hint, "inspect", zarr);
+	REFUSED(&d, zarr_hint, "zarr", "export", z2, "--from", zarr);
+	REFUSED(&d, "no complete .tgm message found (a NumPy .npy file: "
+		    "tensorctl put NAME FILE",
+		"zarr", "export", z2, "--from", npy);
+	expect_put_usage(&d, tgm, tgm_hint);
+	expect_put_usage(&d, hrry, hrry_hint);
+	expect_put_usage(&d, zarr, zarr_hint);
+	expect_put_usage(&d, npyraw, "; this is one: add --format npy");
+	/* no known kind: said as before, no hint */
+	REFUSED(&d, "six.bin: Not a directory\n", "zarr", "import", six);
+	REFUSED(&d, "Is a directory\n", "load", d.dir);
+	expect_put_usage(&d, six, "(but for a .npy file)\n");
+	cr_expect_eq(access(z2, F_OK), -1);
+	unlink(six);
+	unlink(tgm);
+	unlink(hrry);
+	unlink(npy);
+	unlink(npyraw);
+	tu_daemon_stop(&d, false); /* the runner removes out.zarr */
+}

@@ -3171,7 +3171,7 @@ Test(tensorctl, save_a_name_ending_in_slash_saves_what_is_under_it)
 				  .shape = shape};
 	struct tu_daemon d;
 	struct td_client *c;
-	struct td_ring *ring;
+	struct td_ring *ring, *ring2;
 	char path[160], *out, *err;
 
 	start(&d);
@@ -3209,11 +3209,20 @@ Test(tensorctl, save_a_name_ending_in_slash_saves_what_is_under_it)
 	free(err);
 	path_in(path, sizeof(path), &d, "none.tgm");
 	cr_expect_eq(CTL(&d, NULL, &err, "save", "-o", path, "t", "nope/"), 1);
-	cr_expect(strstr(err, "save: nope/: no tensor but a ring starts with "
-			      "it"),
+	cr_expect(strstr(err, "save: nope/: no tensor starts with it"), "%s",
+		  err);
+	free(err);
+	cr_expect_eq(access(path, F_OK), -1);
+	/* a prefix only rings have is said so: "no tensor but a ring
+	 * starts with it" was said of nope/ too, where nothing does */
+	cr_assert_eq(td_ring_create(c, "only/r", &rd, &ring2, NULL), 0);
+	cr_expect_eq(CTL(&d, NULL, &err, "save", "-o", path, "only/"), 1);
+	cr_expect(strstr(err, "save: only/: only rings start with it, and "
+			      "save leaves rings out"),
 		  "%s", err);
 	free(err);
 	cr_expect_eq(access(path, F_OK), -1);
+	td_ring_close(ring2);
 	/* get writes one tensor: it says what writes every one under cam/ */
 	cr_expect_eq(CTL(&d, NULL, &err, "get", "cam/", "-o", path), 2);
 	cr_expect(strstr(err, "tensorctl save -o FILE cam/"), "%s", err);

@@ -246,9 +246,18 @@ int cmd_put(int argc, char **argv)
 	rc = tctl_npy_format("put", format, path, &npy);
 	if (rc)
 		return rc;
-	if (!npy && (!s.dtype_s || !s.shape_s))
+	if (!npy && (!s.dtype_s || !s.shape_s)) {
+		/* `put x run.tgm` said only this, not where the file goes */
+		int kind = strcmp(path, "-") ? tctl_file_kind(path)
+					     : TCTL_KIND_NONE;
+		const char *what = kind == TCTL_KIND_NPY
+					   ? "one: add --format npy"
+					   : tctl_kind_what(kind);
+
 		return tctl_usage("put", "--dtype and --shape are required "
-				  "(but for a .npy file)");
+				  "(but for a .npy file)%s%s",
+				  what ? "; this is " : "", what ? what : "");
+	}
 	rc = parse_given(&s);
 	if (!rc && !npy)
 		rc = size_of(&s);

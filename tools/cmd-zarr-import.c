@@ -20,6 +20,7 @@
 
 #include <json-c/json.h>
 
+#include "input.h"
 #include "output.h"
 #include "td-zarr.h"
 #include "keep.h"
@@ -703,9 +704,13 @@ int cmd_zarr_import(int argc, char **argv)
 	if (!*dir) /* `"$D"` of an unset D */
 		return tctl_usage("zarr", "import: an empty DIR path");
 	top = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (top < 0)
-		return tctl_fail(TCTL_REFUSED, "io", errno, "%s: %s", dir,
-		                 strerror(errno));
+	if (top < 0) { /* `zarr import run.tgm` said only "Not a directory" */
+		int err = errno;
+
+		return tctl_fail_kind(err, "io", dir,
+		                      err == ENOTDIR ? tctl_file_kind(dir)
+		                                     : TCTL_KIND_NONE);
+	}
 	rc = read_json_at(top, "zarr.json", &root, why, sizeof(why));
 	if (!rc && (!json_object_is_type(root, json_type_object) ||
 	            !json_object_is_type(json_object_object_get(root,

@@ -215,9 +215,15 @@ static int export_tgm(const char *dir, const char *path, uint64_t message,
 		               path, message, idx);
 	} else if (len) {
 		/* bytes, but no whole message: junk, or a cut or damaged
-		 * one (load refuses it alike), not an empty group */
+		 * one (load refuses it alike), not an empty group; a .npy
+		 * file is told where it goes, as load tells it */
+		bool npy = !stream && tctl_file_kind(path) == TCTL_KIND_NPY;
+
 		rc = tctl_fail(TCTL_REFUSED, "input", ENOENT,
-		               "%s: no complete .tgm message found", path);
+		               "%s: no complete .tgm message found%s%s%s",
+		               path, npy ? " (" : "",
+		               npy ? tctl_kind_what(TCTL_KIND_NPY) : "",
+		               npy ? ")" : "");
 	} else {
 		/* no message at all: an empty group (tensogram.md §18) */
 		z.gattrs = json_object_new_object();

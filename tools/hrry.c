@@ -610,8 +610,7 @@ int tctl_hrry_transport(const char *path, struct td_hrry_transport *t,
 				 "an empty input path (- is stdin)");
 	*fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (*fd < 0)
-		return tctl_fail(TCTL_REFUSED, "io", errno, "%s: %s", path,
-				 strerror(errno));
+		return tctl_in_open_failed(path, errno);
 	rc = td_hrry_transport_fd(*fd, t);
 	if (rc < 0) {
 		close(*fd);

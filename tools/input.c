@@ -23,6 +23,78 @@ static int fail(const struct tctl_in *in, int err)
 			 strerror(err));
 }
 
+int tctl_file_kind(const char *path)
+{
+	uint8_t m[8];
+	struct stat st;
+	int fd, n = 0;
+
+	if (stat(path, &st) < 0)
+		return TCTL_KIND_NONE;
+	if (S_ISDIR(st.st_mode)) {
+		fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		n = fd >= 0 && (!faccessat(fd, "zarr.json", F_OK, 0) ||
+				!faccessat(fd, ".zgroup", F_OK, 0));
+		if (fd >= 0)
+			close(fd);
+		return n ? TCTL_KIND_ZARR : TCTL_KIND_NONE;
+	}
+	if (!S_ISREG(st.st_mode))
+		return TCTL_KIND_NONE;
+	fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+	if (fd >= 0) {
+		n = (int)pread(fd, m, sizeof(m), 0);
+		close(fd);
+	}
+	if (n != (int)sizeof(m))
+		return TCTL_KIND_NONE;
+	/* the magics by hand: hrry.c and npy.c sit above this file */
+	if (!memcmp(m, "TENSOGRM", 8))
+		return TCTL_KIND_TGM;
+	if (!memcmp(m, "HRRYFILE", 8))
+		return TCTL_KIND_HRRY;
+	return !memcmp(m, "\x93NUMPY", 6) ? TCTL_KIND_NPY : TCTL_KIND_NONE;
+}
+
+const char *tctl_kind_what(int kind)
+{
+	switch (kind) {
+	case TCTL_KIND_TGM:
+		return "a .tgm file: tensorctl load FILE publishes it";
+	case TCTL_KIND_HRRY:
+		return "a Hurray file: tensorctl load FILE publishes it";
+	case TCTL_KIND_NPY:
+		return "a NumPy .npy file: tensorctl put NAME FILE publishes it";
+	case TCTL_KIND_ZARR:
+		return "a Zarr folder: tensorctl zarr import DIR publishes it";
+	}
+	return NULL;
+}
+
+int tctl_fail_kind(int err, const char *kind_s, const char *path, int kind)
+{
+	const char *what = tctl_kind_what(kind);
+
+	return tctl_fail(TCTL_REFUSED, kind_s, err, "%s: %s%s%s%s", path,
+			 strerror(err), what ? " (" : "", what ? what : "",
+			 what ? ")" : "");
+}
+
+int tctl_in_open_failed(const char *path, int err)
+{
+	struct stat st;
+
+	/* open(2) of a socket (a tensord's --socket given as FILE) is
+	 * ENXIO, which said only "No such device or address" */
+	if (err == ENXIO && stat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+		return tctl_fail(TCTL_REFUSED, "io", ENXIO,
+				 "%s: %s (a socket, which is no file to read: "
+				 "give its bytes on stdin, -)",
+				 path, strerror(ENXIO));
+	return tctl_fail(TCTL_REFUSED, "io", err, "%s: %s", path,
+			 strerror(err));
+}
+
 int tctl_in_open(struct tctl_in *in, const char *path)
 {
 	struct stat st;
@@ -37,7 +109,7 @@ int tctl_in_open(struct tctl_in *in, const char *path)
 	in->fd = strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY)
 				   : STDIN_FILENO;
 	if (in->fd < 0)
-		return fail(in, errno);
+		return tctl_in_open_failed(in->path, errno);
 	if (fstat(in->fd, &st) < 0) {
 		int err = errno;
 
@@ -46,7 +118,9 @@ int tctl_in_open(struct tctl_in *in, const char *path)
 	}
 	if (S_ISDIR(st.st_mode)) {
 		tctl_in_close(in);
-		return fail(in, EISDIR);
+		/* `load out.zarr` said only "Is a directory" */
+		return tctl_fail_kind(EISDIR, "io", in->path,
+				      tctl_file_kind(path));
 	}
 	in->regular = S_ISREG(st.st_mode);
 	in->size = in->regular ? (uint64_t)st.st_size : 0;

@@ -30,6 +30,27 @@ int tctl_in_open(struct tctl_in *in, const char *path);
 /* Read until EOF or cap bytes into buf; *got. TCTL_OK or reported. */
 int tctl_in_read(struct tctl_in *in, void *buf, uint64_t cap, uint64_t *got);
 void tctl_in_close(struct tctl_in *in);
+/*
+ * What path is, for a command given a file of another command's kind: a
+ * .tgm, Hurray or .npy file by its first 8 bytes (a regular file, never
+ * waited on), a Zarr folder by its zarr.json or .zgroup; else NONE.
+ */
+enum {
+	TCTL_KIND_NONE,
+	TCTL_KIND_TGM,
+	TCTL_KIND_HRRY,
+	TCTL_KIND_NPY,
+	TCTL_KIND_ZARR
+};
+int tctl_file_kind(const char *path);
+/* "a .tgm file: tensorctl load FILE publishes it", the same for the
+ * other kinds (a .npy file: put; a Zarr folder: zarr import); NULL for
+ * none. */
+const char *tctl_kind_what(int kind);
+/* tctl_fail() "PATH: strerror(err) (what kind is)" of kind_s ("io"). */
+int tctl_fail_kind(int err, const char *kind_s, const char *path, int kind);
+/* Report open(path) failing with err (a socket is said to be one). */
+int tctl_in_open_failed(const char *path, int err);
 
 /*
  * All of an open input into a malloc'ed *buf, up to max bytes (more is

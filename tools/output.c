@@ -461,9 +461,19 @@ static int open_socket(struct tctl_out *o)
 	o->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (o->fd < 0)
 		return fail_io(o, errno, NULL);
-	while (connect(o->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+	while (connect(o->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		/* a tensord's own socket (SOCK_SEQPACKET) or a datagram
+		 * one: it said only "Protocol wrong type for socket" */
+		if (errno == EPROTOTYPE)
+			return tctl_fail(TCTL_REFUSED, "io", EPROTOTYPE,
+					 "%s: connect: %s (a datagram or "
+					 "SOCK_SEQPACKET socket, such as a "
+					 "tensord's own: -o writes into a "
+					 "stream socket only)",
+					 o->path, strerror(EPROTOTYPE));
 		if (errno != EINTR || got_signal)
 			return fail_io(o, errno, "connect");
+	}
 	return TCTL_OK;
 }
 

@@ -190,10 +190,17 @@ int tctl_names_expand(struct td_client *c, const char *cmd,
 			if (rings || !(list[k].flags & TD_ENTRY_RING))
 				r = names_add(out, &cap, list[k].name, true);
 		td_entry_list_free(list, count);
+		/* "no tensor but a ring starts with it" read as "a ring
+		 * does" where nothing did: each case is said apart */
+		if (!r && out->n == had && count)
+			return tctl_fail(TCTL_REFUSED, "input", ENOENT,
+			                 "%s: %s: only rings start with it, "
+			                 "and %s leaves rings out",
+			                 cmd, a, cmd);
 		if (!r && out->n == had)
 			return tctl_fail(TCTL_REFUSED, "input", ENOENT,
-			                 "%s: %s: no tensor%s starts with it",
-			                 cmd, a, rings ? "" : " but a ring");
+			                 "%s: %s: no tensor starts with it", cmd,
+			                 a);
 	}
 	if (!r)
 		r = names_dedup(out);
