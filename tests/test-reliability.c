@@ -16,11 +16,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/sockios.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -242,16 +245,77 @@ static int raw_send(int sock, uint16_t op, uint64_t id, const uint8_t *body,
 	return 0;
 }
 
+/*
+ * What a daemon that neither answers sock nor hangs up is doing: its
+ * state and wait channel, the bytes sock sent it that it has not read
+ * (SIOCOUTQ: requests it stopped reading) and has to read, and each
+ * client's requests and leases as STATUS counts them (a raw client's
+ * leases: the GETs it answered). Seen once under load (helper-178).
+ */
+static void daemon_stuck(int sock, char *out, size_t cap)
+{
+	char path[64], wchan[64] = "?", stat[256] = "?";
+	struct td_status *st = NULL;
+	struct td_client *c;
+	int outq = -1, inq = -1, rc;
+	size_t o;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/wchan", (int)D.pid);
+	if ((f = fopen(path, "re"))) {
+		if (!fgets(wchan, sizeof(wchan), f))
+			wchan[0] = 0;
+		fclose(f);
+	}
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)D.pid);
+	if ((f = fopen(path, "re"))) {
+		if (!fgets(stat, sizeof(stat), f))
+			stat[0] = 0;
+		fclose(f);
+	}
+	(void)ioctl(sock, SIOCOUTQ, &outq);
+	(void)ioctl(sock, SIOCINQ, &inq);
+	o = (size_t)snprintf(out, cap, "daemon wchan %s, stat %.60s; this "
+			     "socket: %d bytes unread by the daemon, %d to "
+			     "read; clients:", wchan, stat, outq, inq);
+	/* only from a loop that waits for events: one stuck elsewhere
+	 * would not answer STATUS either */
+	if (strcmp(wchan, "do_epoll_wait")) {
+		snprintf(out + o, cap - o, " (not asked: the loop is not "
+			 "waiting for events)");
+		return;
+	}
+	c = cli_try(&rc);
+	if (c && td_client_status(c, &st, NULL) == 0)
+		for (size_t i = 0; i < st->client_count && o < cap; i++)
+			o += (size_t)snprintf(
+				out + o, cap - o,
+				" [%s requests %llu leases %u]",
+				st->clients[i].comm,
+				(unsigned long long)st->clients[i].requests,
+				st->clients[i].leases);
+	td_status_free(st);
+	td_client_close(c);
+}
+
 /* One datagram: its length (0 at hang-up) and fds closed; <0 on error. */
 static ssize_t raw_recv(int sock, struct td_wire_hdr *h)
 {
 	uint8_t buf[TD_WIRE_MAX_MSG];
 	int fds[TD_WIRE_MAX_FDS];
 	struct td__scm_rx rx = {.fds = fds, .cap = TD_WIRE_MAX_FDS};
+	struct pollfd pf = {sock, POLLIN, 0};
+	char why[2048];
 	ssize_t n;
 
-	/* a daemon that neither answers nor hangs up fails the test */
-	tu_await_readable(sock, TU_WAIT_S, "a message or hang-up of tensord");
+	/* a daemon that neither answers nor hangs up fails the test, and
+	 * says what it was doing */
+	if (poll(&pf, 1, TU_WAIT_S * 1000) == 0) {
+		daemon_stuck(sock, why, sizeof(why));
+		cr_assert_fail("a message or hang-up of tensord: nothing "
+			       "within %d s; %s (log %s)", TU_WAIT_S, why,
+			       D.log);
+	}
 	n = td__scm_recv(sock, buf, sizeof(buf), 0, &rx);
 	if (n < 0)
 		return n;
