@@ -1142,6 +1142,25 @@ static unsigned long long root_fds_held(struct td_client *c)
 	return n;
 }
 
+/* On sock (root's, pidfd path) op, FOLLOW or STAGE_PAGE, of CAM by
+ * number: its reply, which names the fds by their numbers in the daemon. */
+static void cam_by_number(int sock, uint16_t op, uint64_t id,
+			  struct td_wire_follow_rep *rep)
+{
+	struct td_wire_ring_sub_req q = {.name = {CAM, sizeof(CAM) - 1}};
+	struct rawrep r;
+
+	cr_assert_eq(raw_call(sock, op, id,
+			      td_wire_ring_sub_req_encode(&q, RAW_BODY,
+							  RAW_CAP),
+			      &r),
+		     0);
+	cr_assert_eq(r.nfds, 0, "numbers, not fds");
+	cr_assert_eq(td_wire_follow_rep_decode(RAW_BODY, r.h.body_len, rep,
+					       NULL),
+		     0);
+}
+
 /*
  * On the pidfd path a FOLLOW reply names the bell's and the row's fds by
  * their numbers in the daemon, which the client pulls (pidfd_getfd) once
@@ -1154,7 +1173,6 @@ static unsigned long long root_fds_held(struct td_client *c)
  */
 Test(revoke, an_ended_follows_fds_stay_until_its_follower_could_pull_them)
 {
-	struct td_wire_ring_sub_req q = {.name = {CAM, sizeof(CAM) - 1}};
 	struct td_wire_ring_close_req cq;
 	struct td_wire_follow_rep rep;
 	struct td_follow_row *row;
@@ -1173,15 +1191,7 @@ Test(revoke, an_ended_follows_fds_stay_until_its_follower_could_pull_them)
 	c = cam_followed_by_nobody(&n, NULL);
 	g = root_conn();
 	sock = raw_pidfd_conn(&pidfd);
-	cr_assert_eq(raw_call(sock, TD_OP_FOLLOW, 2,
-			      td_wire_ring_sub_req_encode(&q, RAW_BODY,
-							  RAW_CAP),
-			      &r),
-		     0);
-	cr_assert_eq(r.nfds, 0, "numbers, not fds");
-	cr_assert_eq(td_wire_follow_rep_decode(RAW_BODY, r.h.body_len, &rep,
-					       NULL),
-		     0);
+	cam_by_number(sock, TD_OP_FOLLOW, 2, &rep);
 	for (int i = 0; i < TD_WIRE_FOLLOW_FDS; i++) {
 		ino[i] = daemon_fd_ino(rep.fds[i].fd);
 		cr_assert_neq(ino[i], 0);
@@ -1239,19 +1249,9 @@ Test(revoke, an_ended_follows_fds_stay_until_its_follower_could_pull_them)
  * number its reply names, whose inode in the daemon is *ino. */
 static int page_number(int sock, ino_t *ino)
 {
-	struct td_wire_ring_sub_req q = {.name = {CAM, sizeof(CAM) - 1}};
 	struct td_wire_follow_rep rep;
-	struct rawrep r;
 
-	cr_assert_eq(raw_call(sock, TD_OP_STAGE_PAGE, 4,
-			      td_wire_ring_sub_req_encode(&q, RAW_BODY,
-							  RAW_CAP),
-			      &r),
-		     0);
-	cr_assert_eq(r.nfds, 0, "a number, not an fd");
-	cr_assert_eq(td_wire_follow_rep_decode(RAW_BODY, r.h.body_len, &rep,
-					       NULL),
-		     0);
+	cam_by_number(sock, TD_OP_STAGE_PAGE, 4, &rep);
 	*ino = daemon_fd_ino(rep.fds[0].fd);
 	cr_assert_neq(*ino, 0);
 	return rep.fds[0].fd;
@@ -1295,6 +1295,7 @@ static void pulls_the_page(int pidfd, int n, ino_t ino, const char *when)
 Test(revoke, a_pages_fd_stays_until_its_stage_page_client_could_pull_it)
 {
 	struct td_wire_ring_sub_req q = {.name = {CAM, sizeof(CAM) - 1}};
+	struct td_wire_follow_rep rep;
 	struct td_client *c, *g, *prod;
 	struct td_follow *sf = NULL;
 	struct td_error e = {0};
@@ -1323,11 +1324,7 @@ Test(revoke, a_pages_fd_stays_until_its_stage_page_client_could_pull_it)
 		cr_assert_eq(follow_take(sf, &e), (int64_t)v, "%s", e.reason);
 	}
 	sock = raw_pidfd_conn(&pidfd);
-	cr_assert_eq(raw_call(sock, TD_OP_FOLLOW, 2,
-			      td_wire_ring_sub_req_encode(&q, RAW_BODY,
-							  RAW_CAP),
-			      &r),
-		     0);
+	cam_by_number(sock, TD_OP_FOLLOW, 2, &rep);
 	num = page_number(sock, &ino);
 	/* before the pull: nobody, who may not read SECRET now, renews it */
 	reload(c, CAM_ONLY);
