@@ -331,7 +331,8 @@ Test(ctl_messages, a_shape_too_deep_or_too_large_says_so)
 	      "dimensions)",
 	      "put", "x", "--dtype=u8",
 	      "--shape=1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1", "-");
-	USAGE("bad shape '2,-1' (dimensions as 2,3 or 2x3, at most 16)",
+	USAGE("bad shape '2,-1' (dimensions as 2,3, 2x3 or (2, 3), at most "
+	      "16)",
 	      "put", "x", "--dtype=u8", "--shape=2,-1", "-");
 }
 

@@ -2084,7 +2084,9 @@ Test(handoff, tensorctl_put_get_ls_stat_rm_end_to_end)
 		     1, "24 bytes are not f32 2x4");
 	/* an empty dimension, a sign or a blank is a bad shape, not 6 */
 	static const char *const bad[] = {",6", "6,", "2,,3", "+6", " 6",
-					  "-6", "2x", "x3"};
+					  "-6", "2x", "x3", "(2,3", "(2,3]",
+					  "( 2,3)", "(2,  3)", "(,)", "(2,3),",
+					  "(2 ,3)", "((2,3))"};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
 		cr_assert_eq(ctl(&d, &out, "put", "ctl/t", "--dtype", "u8",
 				 "--shape", bad[i], in, NULL),
@@ -2096,6 +2098,22 @@ Test(handoff, tensorctl_put_get_ls_stat_rm_end_to_end)
 		     0);
 	cr_assert(strstr(out, "version 1"), "%s", out);
 	free(out);
+	/* the forms ls, --json and Python print a shape in: f32 (2,3) and
+	 * (6) are 24 bytes too; each replaced by the next */
+	static const char *const good[][2] = {
+		{"(2,3)", "(2,3)"}, {"[2,3]", "(2,3)"}, {"(2, 3)", "(2,3)"},
+		{"(6,)", "(6)"},    {"[6]", "(6)"},     {"2x3", "(2,3)"}};
+	for (size_t i = 0; i < sizeof(good) / sizeof(*good); i++) {
+		cr_assert_eq(ctl(&d, &out, "put", "ctl/s", "--dtype", "f32",
+				 "--shape", good[i][0], in, NULL),
+			     0, "shape '%s': %s", good[i][0], out);
+		free(out);
+		cr_assert_eq(ctl(&d, &out, "stat", "ctl/s", NULL), 0);
+		cr_assert(strstr(out, good[i][1]), "shape '%s' is not %s: %s",
+			  good[i][0], good[i][1], out);
+		free(out);
+	}
+	cr_assert_eq(ctl(&d, NULL, "rm", "ctl/s", NULL), 0);
 
 	/* another process reads it back */
 	cr_assert_eq(ctl(&d, NULL, "get", "ctl/t", "-o", outp, NULL), 0);

@@ -266,10 +266,38 @@ int tctl_parse_u64(const char *s, uint64_t *v)
 
 /* "" is a scalar; else dimensions split by ',' or 'x', none empty (",6",
  * "6,", "6,,2" are refused, not read as 6 or 6x2). */
+/*
+ * A shape as tensorctl and Python print one, into buf: "(2,3)" (ls,
+ * stat), "[2,3]" (--json), "(2, 3)" and "(6,)" (a numpy array's
+ * .shape): the brackets off, one blank after each comma and a comma at
+ * the end dropped. s itself when it is not in brackets; NULL when it
+ * is, but does not fit buf (longer than any shape).
+ */
+static const char *shape_unbracket(const char *s, char *buf, size_t cap)
+{
+	size_t len = strlen(s), o = 0;
+
+	if (len < 2 || !((s[0] == '(' && s[len - 1] == ')') ||
+			 (s[0] == '[' && s[len - 1] == ']')))
+		return s;
+	if (len - 2 >= cap)
+		return NULL;
+	for (size_t i = 1; i + 1 < len; i++)
+		if (!(s[i] == ' ' && s[i - 1] == ','))
+			buf[o++] = s[i];
+	if (o >= 2 && buf[o - 1] == ',')
+		o--;
+	buf[o] = 0;
+	return buf;
+}
+
 int tctl_parse_shape(const char *s, uint64_t *shape, uint32_t *ndim)
 {
+	char buf[TD_ENTRY_MAX_DIMS * 24];
 	uint32_t n = 0;
 
+	if (s)
+		s = shape_unbracket(s, buf, sizeof(buf));
 	if (!s)
 		return -EINVAL;
 	for (const char *p = s; *s;) {

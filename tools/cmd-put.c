@@ -98,7 +98,7 @@ static int parse_given(struct spec *s)
 				  s->shape_s);
 	default:
 		return tctl_usage("put", "bad shape '%s' (dimensions as "
-				  "2,3 or 2x3, at most %d)",
+				  "2,3, 2x3 or (2, 3), at most %d)",
 				  s->shape_s, TD_ENTRY_MAX_DIMS);
 	}
 }

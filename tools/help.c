@@ -45,8 +45,9 @@ static const struct cmd {
 	 "only (fortran_order is refused), and the dtypes below.\n"
 	 "  --dtype T       element type: u8 i8 u16 i16 u32 i32 u64 i64 f16\n"
 	 "                  f32 f64, or numpy's names (uint8 ... float64)\n"
-	 "  --shape D,D..   dimensions, outermost first (2,3 or 2x3; \"\" is\n"
-	 "                  a 0-d scalar)\n"
+	 "  --shape D,D..   dimensions, outermost first (2,3 or 2x3, or as\n"
+	 "                  ls and Python print one: (2,3) (2, 3) [2,3];\n"
+	 "                  \"\" or () is a 0-d scalar)\n"
 	 "  --format F      raw or npy (default: npy for a .npy name)\n"
 	 "  --meta STR      opaque metadata stored with the tensor\n"
 	 "  --pin           the daemon never evicts this version\n"},

@@ -212,8 +212,9 @@ int tctl_refused_glob(const char *cmd, const char *who, const char *arg,
 		      const char *prefix_tail);
 /* Decimal u64 (no sign); 0 or -EINVAL. */
 int tctl_parse_u64(const char *s, uint64_t *v);
-/* "2,3" or "2x3" into shape[TD_ENTRY_MAX_DIMS]; 0, -E2BIG (more
- * dimensions), -ERANGE (one past 2^64-1) or -EINVAL. */
+/* "2,3" or "2x3" (also "(2,3)", "[2,3]", "(2, 3)", "(6,)": as ls,
+ * --json and Python print a shape) into shape[TD_ENTRY_MAX_DIMS]; 0,
+ * -E2BIG (more dimensions), -ERANGE (one past 2^64-1) or -EINVAL. */
 int tctl_parse_shape(const char *s, uint64_t *shape, uint32_t *ndim);
 /* (2,3) for humans, [2,3] for JSON */
 void tctl_print_shape(FILE *f, const uint64_t *shape, uint32_t ndim,
