@@ -2114,6 +2114,17 @@ Test(handoff, tensorctl_put_get_ls_stat_rm_end_to_end)
 		free(out);
 	}
 	cr_assert_eq(ctl(&d, NULL, "rm", "ctl/s", NULL), 0);
+	/* a /proc file says it has 0 bytes: its 6 are read ("Linux\n");
+	 * it said "has 0 bytes" */
+	cr_assert_eq(ctl(&d, &out, "put", "ctl/p", "--dtype", "u8", "--shape",
+			 "6", "/proc/sys/kernel/ostype", NULL),
+		     0, "%s", out);
+	free(out);
+	cr_assert_eq(ctl(&d, NULL, "get", "ctl/p", "-o", outp, NULL), 0);
+	back = tu_read_file(outp, &len);
+	cr_assert(len == 6 && !memcmp(back, "Linux\n", 6));
+	free(back);
+	cr_assert_eq(ctl(&d, NULL, "rm", "ctl/p", NULL), 0);
 
 	/* another process reads it back */
 	cr_assert_eq(ctl(&d, NULL, "get", "ctl/t", "-o", outp, NULL), 0);

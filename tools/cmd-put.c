@@ -264,6 +264,11 @@ int cmd_put(int argc, char **argv)
 	if (rc)
 		return rc;
 	rc = tctl_in_open(&in, path);
+	/* a file of /proc or /sys says 0 bytes and holds more: read to its
+	 * end as a stream (it said "has 0 bytes"); an empty file reads as
+	 * one too */
+	if (!rc && in.regular && !in.size)
+		in.regular = false;
 	if (!rc && npy && !(rc = from_header(&in, &s)))
 		rc = size_of(&s);
 	/* a regular file of another size is said before any ALLOC: for a
