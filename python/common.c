@@ -331,7 +331,11 @@ int tdpy_conv_timeout(PyObject *o, void *out)
 	if (s == -1.0 && PyErr_Occurred())
 		return 0;
 	if (isnan(s) || s < 0) {
-		PyErr_SetString(PyExc_ValueError, "timeout must be >= 0");
+		/* NaN is no number of seconds: it said "must be >= 0" */
+		PyErr_SetString(PyExc_ValueError,
+				isnan(s) ? "timeout must be seconds >= 0 or "
+					   "None, not NaN"
+					 : "timeout must be >= 0");
 		return 0;
 	}
 	*(int *)out = s * 1000 >= INT_MAX ? -1 : (int)ceil(s * 1000);

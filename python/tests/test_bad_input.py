@@ -104,8 +104,10 @@ def test_bad_arguments(client):
         client.get("bad/a", version="1")
     with pytest.raises(TypeError):
         client.get("bad/a", version=1, newer_than=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="must be >= 0"):
         client.get("bad/a", newer_than=0, timeout=-1)
+    with pytest.raises(ValueError, match="not NaN"):
+        client.get("bad/a", newer_than=0, timeout=float("nan"))
     with pytest.raises(TypeError):
         client.get("bad/a", newer_than=0, timeout="soon")
     with pytest.raises(TypeError):
