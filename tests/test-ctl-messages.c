@@ -28,6 +28,21 @@ static void write_file(const char *path, const void *b, size_t n)
 	close(fd);
 }
 
+/* A daemon in d with tensor "t" (u8 [6]) published from d's six.bin,
+ * whose path goes into six (cap bytes). */
+static void start_with_six(struct tu_daemon *d, char *six, size_t cap)
+{
+	char *out;
+
+	tu_daemon_start(d, "error");
+	snprintf(six, cap, "%s/six.bin", d->dir);
+	write_file(six, "abcdef", 6);
+	cr_assert_eq(tu_tensorctl(d, &out, "put", "t", "--dtype", "u8",
+				  "--shape", "6", six, NULL),
+		     0, "%s", out);
+	free(out);
+}
+
 /* The first control byte of s that is not a line's end, or 0. */
 static int control_byte(const char *s)
 {
@@ -77,13 +92,7 @@ Test(ctl_messages, typed_operands_are_escaped_in_error_messages)
 	struct tu_daemon d;
 	char six[160], dir[200], *out;
 
-	tu_daemon_start(&d, "error");
-	snprintf(six, sizeof(six), "%s/six.bin", d.dir);
-	write_file(six, "abcdef", 6);
-	cr_assert_eq(tu_tensorctl(&d, &out, "put", "t", "--dtype", "u8",
-				  "--shape", "6", six, NULL),
-		     0, "%s", out);
-	free(out);
+	start_with_six(&d, six, sizeof(six));
 	/* names the daemon refuses: the name as typed, escaped */
 	EXPECT_ESCAPED(&d, 1, "x\\x01y: DELETE", "rm", "x\001y");
 	EXPECT_ESCAPED(&d, 1, "q\\x1b]0;title\\x07: GET", "get",
@@ -617,14 +626,8 @@ Test(ctl_messages, a_socket_given_as_a_file_is_said_to_be_one)
 	struct tu_daemon d;
 	char six[160], zdir[160], *out;
 
-	tu_daemon_start(&d, "error");
-	snprintf(six, sizeof(six), "%s/six.bin", d.dir);
+	start_with_six(&d, six, sizeof(six));
 	snprintf(zdir, sizeof(zdir), "%s/z", d.dir);
-	write_file(six, "abcdef", 6);
-	cr_assert_eq(tu_tensorctl(&d, &out, "put", "t", "--dtype", "u8",
-				  "--shape", "6", six, NULL),
-		     0, "%s", out);
-	free(out);
 	REFUSED(&d, read_hint, "put", "x", "--dtype", "u8", "--shape", "6",
 		d.sock);
 	REFUSED(&d, read_hint, "put", "x", "--format", "npy", d.sock);
@@ -689,21 +692,15 @@ Test(ctl_messages, a_file_of_another_commands_kind_names_that_command)
 	npyb[127] = '\n';
 	npyb[128] = 0;
 	npyb[129] = 1;
-	tu_daemon_start(&d, "error");
-	snprintf(six, sizeof(six), "%s/six.bin", d.dir);
+	start_with_six(&d, six, sizeof(six));
 	snprintf(tgm, sizeof(tgm), "%s/run.tgm", d.dir);
 	snprintf(hrry, sizeof(hrry), "%s/run.hrry", d.dir);
 	snprintf(npy, sizeof(npy), "%s/a.npy", d.dir);
 	snprintf(npyraw, sizeof(npyraw), "%s/a.bin", d.dir);
 	snprintf(zarr, sizeof(zarr), "%s/out.zarr", d.dir);
 	snprintf(z2, sizeof(z2), "%s/z2", d.dir);
-	write_file(six, "abcdef", 6);
 	write_file(npy, npyb, sizeof(npyb));
 	write_file(npyraw, npyb, sizeof(npyb));
-	cr_assert_eq(tu_tensorctl(&d, &out, "put", "t", "--dtype", "u8",
-				  "--shape", "6", six, NULL),
-		     0, "%s", out);
-	free(out);
 	cr_assert_eq(tu_tensorctl(&d, &out, "put", "n", npy, NULL), 0, "%s",
 		     out);
 	free(out);
